@@ -1,0 +1,223 @@
+//! `collage`: compile, run, test and benchmark models from the command line.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use collage_build::tools;
+use collage_runtime::Executor;
+
+#[derive(Parser)]
+#[command(
+    name = "collage",
+    version,
+    about = "Ahead-of-time deep-learning compiler for Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write the generated sources (C kernels, Rust glue, weights, IR) for inspection.
+    Compile {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Output folder.
+        #[arg(short, long, default_value = "collage-out")]
+        out: PathBuf,
+    },
+    /// Compile and run on input_<i>.pb files; write got_<i>.pb and compare with output_<i>.pb.
+    Run {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Folder with input_<i>.pb (and optionally output_<i>.pb).
+        #[arg(long)]
+        data: PathBuf,
+        /// Threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// Run every test listed in DIR/scope.txt (ONNX backend node test layout).
+    Conformance {
+        /// The test folder.
+        dir: PathBuf,
+        /// Parallel jobs.
+        #[arg(short, long, default_value_t = 2)]
+        jobs: usize,
+        /// Only tests whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// A file listing expected failures (`test  reason`): they are reported, not counted.
+        #[arg(long)]
+        expected_failures: Option<PathBuf>,
+    },
+    /// Measure latency (median and p90 over at least 3 s).
+    Bench {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Raw little-endian f32 input file (default: deterministic pseudo-random data).
+        #[arg(long)]
+        input: Option<PathBuf>,
+        /// Minimum timed seconds.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+}
+
+fn work_dir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("collage-{tag}-{}", std::process::id()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> collage_build::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Compile { model, out } => {
+            let written = collage_build::Build::emit_sources(&model, &out)?;
+            for f in written {
+                println!("wrote {}", f.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            model,
+            data,
+            threads,
+        } => {
+            let work = work_dir("run");
+            let checks =
+                tools::run_on_data(&model, &data, &work, true, &Executor::with_threads(threads));
+            let _ = std::fs::remove_dir_all(&work);
+            let mut ok = true;
+            for c in checks? {
+                if c.pass {
+                    println!("PASS {} max_abs_err={:e}", c.name, c.max_abs_err);
+                } else {
+                    ok = false;
+                    println!("FAIL {} max_abs_err={:e}", c.name, c.max_abs_err);
+                }
+            }
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Cmd::Conformance {
+            dir,
+            jobs,
+            filter,
+            expected_failures,
+        } => {
+            let expected = match &expected_failures {
+                Some(p) => read_expected(p)?,
+                None => Vec::new(),
+            };
+            let work = work_dir("conformance");
+            let results = tools::conformance(&dir, jobs, filter.as_deref(), &work)?;
+            let _ = std::fs::remove_dir_all(&work);
+            let (mut passed, mut failed, mut xfail, mut xpass) = (0, 0, 0, 0);
+            for r in &results {
+                let is_expected = expected.iter().any(|n| n == &r.name);
+                match (&r.failure, is_expected) {
+                    (None, false) => passed += 1,
+                    (None, true) => {
+                        passed += 1;
+                        xpass += 1;
+                        println!(
+                            "XPASS {} (listed as an expected failure; remove it from the list)",
+                            r.name
+                        );
+                    }
+                    (Some(why), true) => {
+                        xfail += 1;
+                        println!("XFAIL {} {}", r.name, why);
+                    }
+                    (Some(why), false) => {
+                        failed += 1;
+                        println!("FAIL {} {}", r.name, why);
+                    }
+                }
+            }
+            if !expected.is_empty() {
+                println!("{xfail} expected failures, {xpass} unexpected passes");
+            }
+            println!("{passed} passed, {} failed", failed + xfail);
+            Ok(if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Cmd::Bench {
+            model,
+            threads,
+            json,
+            input,
+            seconds,
+        } => {
+            let work = work_dir("bench");
+            let input = match input {
+                Some(p) => {
+                    let g = collage_build::frontend::onnx::load(&model)?;
+                    let ty = g.ty(g.inputs[0]).clone();
+                    Some(vec![tools::read_raw_f32(&p, &ty.shape)?])
+                }
+                None => None,
+            };
+            let r = tools::bench(
+                &model,
+                input,
+                threads,
+                Duration::from_secs_f64(seconds),
+                &work,
+            );
+            let _ = std::fs::remove_dir_all(&work);
+            let r = r?;
+            let name = model
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if json {
+                println!("{{\"model\": {:?}, \"median_ms\": {}, \"p90_ms\": {}, \"runs\": {}, \"threads\": {}}}", name, r.median_ms, r.p90_ms, r.runs, threads);
+            } else {
+                println!(
+                    "{name}: median {:.4} ms, p90 {:.4} ms over {} runs ({threads} thread(s))",
+                    r.median_ms, r.p90_ms, r.runs
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn read_expected(p: &Path) -> collage_build::Result<Vec<String>> {
+    let text = std::fs::read_to_string(p).map_err(|source| collage_build::Error::Io {
+        path: p.into(),
+        source,
+    })?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect())
+}

@@ -1,0 +1,388 @@
+//! C99 code generation from a fused [`Program`].
+//!
+//! Every stage becomes one loop nest in a `static` function over a range of its outer iterations,
+//! so that the runtime can split it across threads (`parallel_for`). The entry point
+//! `collage_<symbol>_run(rt, arena, weights, inputs)` runs the stages in order.
+use std::fmt::Write;
+
+use crate::ir::{strides, DType};
+use crate::te::{BinOp, BufKind, Expr, Program, RedOp, Scalar, Src, Stage, UnOp};
+
+/// Where every buffer lives at run time.
+#[derive(Clone, Debug)]
+pub enum Place {
+    /// `inputs[i]`.
+    Input(usize),
+    /// `weights + offset`.
+    Weight(usize),
+    /// `arena + offset`.
+    Arena(usize),
+    /// Nothing (dead buffer).
+    None,
+}
+
+/// Work (body evaluations) above which a stage's outer loop is handed to `parallel_for`.
+const PARALLEL_WORK: usize = 1 << 15;
+
+const PRELUDE: &str = r#"#include <stdint.h>
+#include <math.h>
+
+typedef void (*collage_task)(void *ctx, int64_t begin, int64_t end);
+typedef struct {
+    const void *pool;
+    void (*parallel_for)(const void *pool, int64_t n, collage_task task, void *ctx);
+} collage_rt;
+typedef struct {
+    uint8_t *A;
+    const uint8_t *W;
+    const void *const *I;
+} collage_ctx;
+
+#define CL_INT_OPS(T, S) \
+static inline T cl_abs_##S(T x) { return x < 0 ? (T)-x : x; } \
+static inline T cl_sign_##S(T x) { return (T)((x > 0) - (x < 0)); } \
+static inline T cl_max_##S(T a, T b) { return a > b ? a : b; } \
+static inline T cl_min_##S(T a, T b) { return a < b ? a : b; } \
+static inline T cl_div_##S(T a, T b) { return b == 0 ? 0 : (T)(a / b); } \
+static inline T cl_fmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); } \
+static inline T cl_mod_##S(T a, T b) { if (b == 0) return 0; T r = (T)(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; } \
+static inline T cl_pow_##S(T a, T b) { if (b < 0) return (T)pow((double)a, (double)b); T r = 1; while (b) { if (b & 1) r = (T)(r * a); a = (T)(a * a); b >>= 1; } return r; }
+CL_INT_OPS(int64_t, i64)
+CL_INT_OPS(int32_t, i32)
+CL_INT_OPS(uint8_t, bool)
+
+#define CL_FLOAT_OPS(T, S) \
+static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
+static inline T cl_max_##S(T a, T b) { return (a >= b || isnan(a)) ? a : b; } \
+static inline T cl_min_##S(T a, T b) { return (a <= b || isnan(a)) ? a : b; } \
+static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+CL_FLOAT_OPS(float, f32)
+CL_FLOAT_OPS(double, f64)
+"#;
+
+fn suffix(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::Bool => "bool",
+    }
+}
+
+fn scalar(s: Scalar) -> String {
+    match s {
+        Scalar::F32(v) if v.is_nan() => "NAN".into(),
+        Scalar::F32(v) if v.is_infinite() => {
+            if v > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
+        }
+        Scalar::F32(v) => format!("{:?}f", v).replace("inff", "INFINITY"),
+        Scalar::F64(v) if v.is_nan() => "((double)NAN)".into(),
+        Scalar::F64(v) if v.is_infinite() => if v > 0.0 {
+            "((double)INFINITY)"
+        } else {
+            "((double)-INFINITY)"
+        }
+        .into(),
+        Scalar::F64(v) => format!("{:?}", v),
+        Scalar::I64(i64::MIN) => "INT64_MIN".into(),
+        Scalar::I64(v) => format!("INT64_C({v})"),
+        Scalar::I32(i32::MIN) => "INT32_MIN".into(),
+        Scalar::I32(v) => format!("((int32_t){v})"),
+        Scalar::Bool(v) => format!("((uint8_t){})", v as u8),
+    }
+}
+
+struct Emitter<'a> {
+    p: &'a Program,
+    acc: DType,
+}
+
+impl Emitter<'_> {
+    fn dtype(&self, e: &Expr) -> DType {
+        e.dtype(&|s| self.p.dtype(s), self.acc)
+    }
+
+    fn buf(s: &Src) -> u32 {
+        match s {
+            Src::Buf(b) => *b,
+            other => panic!("unresolved source {other:?}"),
+        }
+    }
+
+    fn expr(&self, e: &Expr) -> String {
+        match e {
+            Expr::Var(k) => format!("i{k}"),
+            Expr::RVar(k) => format!("r{k}"),
+            Expr::Acc => "acc".into(),
+            Expr::Const(s) => scalar(*s),
+            Expr::Load(s, idx) => {
+                let b = Self::buf(s);
+                let flat = Expr::flatten(idx, &self.p.bufs[b as usize].ty.shape);
+                format!("b{b}[{}]", self.expr(&flat))
+            }
+            Expr::LoadFlat(s, f) => format!("b{}[{}]", Self::buf(s), self.expr(f)),
+            Expr::Un(op, a) => self.unary(*op, a),
+            Expr::Bin(op, a, b) => self.binary(*op, a, b),
+            Expr::Select(c, a, b) => {
+                format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b))
+            }
+            Expr::Cast(d, a) => {
+                if *d == DType::Bool {
+                    format!("((uint8_t)({} != 0))", self.expr(a))
+                } else {
+                    format!("(({}){})", d.c_type(), self.expr(a))
+                }
+            }
+        }
+    }
+
+    fn unary(&self, op: UnOp, a: &Expr) -> String {
+        let d = self.dtype(a);
+        let x = self.expr(a);
+        let f = |name: &str| -> String {
+            match d {
+                DType::F32 => format!("{name}f({x})"),
+                DType::F64 => format!("{name}({x})"),
+                _ => format!("(({}){name}((double){x}))", d.c_type()),
+            }
+        };
+        match op {
+            UnOp::Neg => format!("(-{x})"),
+            UnOp::Abs if d.is_float() => f("fabs"),
+            UnOp::Abs => format!("cl_abs_{}({x})", suffix(d)),
+            UnOp::Sign => format!("cl_sign_{}({x})", suffix(d)),
+            UnOp::Not => format!("((uint8_t)!{x})"),
+            UnOp::IsNaN => format!("((uint8_t)isnan({x}))"),
+            UnOp::IsPosInf => format!("((uint8_t)(isinf({x}) && {x} > 0))"),
+            UnOp::IsNegInf => format!("((uint8_t)(isinf({x}) && {x} < 0))"),
+            UnOp::Floor | UnOp::Ceil | UnOp::Round if !d.is_float() => x,
+            UnOp::Round => f("nearbyint"),
+            other => f(match other {
+                UnOp::Sqrt => "sqrt",
+                UnOp::Exp => "exp",
+                UnOp::Log => "log",
+                UnOp::Sin => "sin",
+                UnOp::Cos => "cos",
+                UnOp::Tan => "tan",
+                UnOp::Asin => "asin",
+                UnOp::Acos => "acos",
+                UnOp::Atan => "atan",
+                UnOp::Sinh => "sinh",
+                UnOp::Cosh => "cosh",
+                UnOp::Asinh => "asinh",
+                UnOp::Acosh => "acosh",
+                UnOp::Atanh => "atanh",
+                UnOp::Tanh => "tanh",
+                UnOp::Erf => "erf",
+                UnOp::Floor => "floor",
+                UnOp::Ceil => "ceil",
+                _ => unreachable!(),
+            }),
+        }
+    }
+
+    fn binary(&self, op: BinOp, a: &Expr, b: &Expr) -> String {
+        let d = self.dtype(a);
+        let (x, y) = (self.expr(a), self.expr(b));
+        let s = suffix(d);
+        let infix = |o: &str| format!("({x} {o} {y})");
+        match op {
+            BinOp::Add => infix("+"),
+            BinOp::Sub => infix("-"),
+            BinOp::Mul => infix("*"),
+            BinOp::Div if d.is_float() => infix("/"),
+            BinOp::Div => match b {
+                Expr::Const(c) if !c.is_zero() && c.as_i64() > 0 => infix("/"),
+                _ => format!("cl_div_{s}({x}, {y})"),
+            },
+            BinOp::Pow if d == DType::F32 => format!("powf({x}, {y})"),
+            BinOp::Pow if d == DType::F64 => format!("pow({x}, {y})"),
+            BinOp::Pow => format!("cl_pow_{s}({x}, {y})"),
+            BinOp::Max => format!("cl_max_{s}({x}, {y})"),
+            BinOp::Min => format!("cl_min_{s}({x}, {y})"),
+            BinOp::FMod if d == DType::F32 => format!("fmodf({x}, {y})"),
+            BinOp::FMod if d == DType::F64 => format!("fmod({x}, {y})"),
+            BinOp::FMod => match b {
+                Expr::Const(c) if c.as_i64() > 0 => infix("%"),
+                _ => format!("cl_fmod_{s}({x}, {y})"),
+            },
+            BinOp::Mod if d == DType::F32 => format!("cl_mod_f32({x}, {y}, fmodf({x}, {y}))"),
+            BinOp::Mod if d == DType::F64 => format!("cl_mod_f64({x}, {y}, fmod({x}, {y}))"),
+            BinOp::Mod => format!("cl_mod_{s}({x}, {y})"),
+            BinOp::And => format!("((uint8_t)({x} && {y}))"),
+            BinOp::Or => format!("((uint8_t)({x} || {y}))"),
+            BinOp::Xor => format!("((uint8_t)((!!{x}) ^ (!!{y})))"),
+            BinOp::Eq => infix("=="),
+            BinOp::Ne => infix("!="),
+            BinOp::Lt => infix("<"),
+            BinOp::Le => infix("<="),
+            BinOp::Gt => infix(">"),
+            BinOp::Ge => infix(">="),
+        }
+    }
+}
+
+/// How many leading output dimensions form the flattened outer (parallel) loop.
+fn outer_dims(shape: &[usize]) -> usize {
+    let mut prod = 1;
+    for (k, &d) in shape.iter().enumerate() {
+        prod *= d;
+        if prod >= 64 {
+            return k + 1;
+        }
+    }
+    shape.len()
+}
+
+/// Emits the C translation unit for `p`; `places` gives every buffer's location.
+pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String {
+    let mut out = String::new();
+    writeln!(out, "/* {header} */").unwrap();
+    out.push_str(PRELUDE);
+    let mut calls = String::new();
+    for (i, b) in p.bufs.iter().enumerate() {
+        let BufKind::Stage(st) = &b.kind else {
+            continue;
+        };
+        let (fname, n_outer, parallel) = emit_stage(&mut out, p, places, i as u32, st);
+        if n_outer == 0 {
+            continue;
+        }
+        if parallel {
+            writeln!(
+                calls,
+                "    rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);"
+            )
+            .unwrap();
+        } else {
+            writeln!(calls, "    {fname}(&ctx, 0, {n_outer});").unwrap();
+        }
+    }
+    writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
+    writeln!(out, "    collage_ctx ctx = {{A, W, I}};\n    (void)rt;").unwrap();
+    out.push_str(&calls);
+    out.push_str("}\n");
+    out
+}
+
+fn emit_stage(
+    out: &mut String,
+    p: &Program,
+    places: &[Place],
+    id: u32,
+    st: &Stage,
+) -> (String, usize, bool) {
+    let fname = format!("k{id}");
+    let shape = &st.ty.shape;
+    let nd = outer_dims(shape);
+    let n_outer: usize = shape[..nd].iter().product();
+    let parallel = st.work() >= PARALLEL_WORK && n_outer > 1;
+    let em = Emitter {
+        p,
+        acc: st.ty.dtype,
+    };
+    writeln!(out, "\n/* {}: {} */", st.name.replace("*/", "* /"), st.ty).unwrap();
+    writeln!(
+        out,
+        "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
+    )
+    .unwrap();
+    writeln!(out, "    collage_ctx *ctx = (collage_ctx *)vctx;").unwrap();
+    // Pointers to every buffer the stage touches.
+    let mut srcs = st.body.sources();
+    if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+        srcs.extend(f.sources());
+    }
+    srcs.sort();
+    srcs.dedup();
+    let ptr = |b: u32, konst: bool| -> String {
+        let ty = p.bufs[b as usize].ty.dtype.c_type();
+        let q = if konst { "const " } else { "" };
+        match places[b as usize] {
+            Place::Input(i) => {
+                format!("    const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
+            }
+            Place::Weight(o) => {
+                format!("    const {ty} *restrict b{b} = (const {ty} *)(ctx->W + {o});")
+            }
+            Place::Arena(o) => format!("    {q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {o});"),
+            Place::None => panic!("stage {id} reads dead buffer {b}"),
+        }
+    };
+    for s in &srcs {
+        if let Src::Buf(b) = s {
+            writeln!(out, "{}", ptr(*b, true)).unwrap();
+        }
+    }
+    writeln!(out, "{}", ptr(id, false)).unwrap();
+    let st_strides = strides(shape);
+    writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+    // Unravel the flattened outer index.
+    let mut rem = "o".to_string();
+    for k in (0..nd).rev() {
+        if k == 0 {
+            writeln!(out, "        const int64_t i{k} = {rem};").unwrap();
+        } else {
+            writeln!(out, "        const int64_t i{k} = {rem} % {};", shape[k]).unwrap();
+            rem = format!("({rem} / {})", shape[k]);
+        }
+    }
+    let mut indent = "        ".to_string();
+    for (k, &d) in shape.iter().enumerate().skip(nd) {
+        writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
+        indent.push_str("    ");
+    }
+    let flat_out = (0..shape.len())
+        .filter(|&k| shape[k] != 1)
+        .map(|k| format!("i{k} * {}", st_strides[k]))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let flat_out = if flat_out.is_empty() {
+        "0".to_string()
+    } else {
+        flat_out
+    };
+    let cty = st.ty.dtype.c_type();
+    match &st.reduce {
+        None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&st.body)).unwrap(),
+        Some(r) => {
+            writeln!(
+                out,
+                "{indent}{cty} acc = {};",
+                scalar(r.op.init(st.ty.dtype))
+            )
+            .unwrap();
+            let mut ri = indent.clone();
+            for (k, &e) in r.extents.iter().enumerate() {
+                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+                ri.push_str("    ");
+            }
+            let v = em.expr(&st.body);
+            let s = suffix(st.ty.dtype);
+            let upd = match r.op {
+                RedOp::Sum => format!("acc += {v};"),
+                RedOp::Prod => format!("acc *= {v};"),
+                RedOp::Max => format!("acc = cl_max_{s}(acc, {v});"),
+                RedOp::Min => format!("acc = cl_min_{s}(acc, {v});"),
+            };
+            writeln!(out, "{ri}{upd}").unwrap();
+            for _ in &r.extents {
+                ri.truncate(ri.len() - 4);
+                writeln!(out, "{ri}}}").unwrap();
+            }
+            let fin = r
+                .finalize
+                .as_ref()
+                .map(|f| em.expr(f))
+                .unwrap_or_else(|| "acc".into());
+            writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
+        }
+    }
+    for _ in nd..shape.len() {
+        indent.truncate(indent.len() - 4);
+        writeln!(out, "{indent}}}").unwrap();
+    }
+    writeln!(out, "    }}\n}}").unwrap();
+    (fname, n_outer, parallel)
+}

@@ -1,0 +1,258 @@
+//! Code generation: lowering the graph to a [`Program`], fusion, arena planning, C kernels and the
+//! Rust glue.
+pub mod c;
+pub mod rust;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{Error, OpError, Result};
+use crate::ir::{Graph, Tensor, TensorType, ValueId};
+use crate::ops::LowerCx;
+use crate::schedule::{plan_arena, Interval};
+use crate::te::{self, BufId, BufKind, Program, Src, Stage};
+pub use c::Place;
+
+/// A model input or output as seen by the generated code.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Io {
+    /// The source name.
+    pub name: String,
+    /// Its type.
+    pub ty: TensorType,
+    /// For outputs: the offset in the arena.
+    pub offset: usize,
+}
+
+/// Everything the compiler produces for one model.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The model name.
+    pub name: String,
+    /// The C symbol prefix: the entry point is `collage_<symbol>_run`.
+    pub symbol: String,
+    /// The generated C translation unit.
+    pub c_source: String,
+    /// The weight blob (64-byte aligned pieces).
+    pub weights: Vec<u8>,
+    /// The arena size in bytes.
+    pub arena_size: usize,
+    /// The run-time inputs.
+    pub inputs: Vec<Io>,
+    /// The outputs.
+    pub outputs: Vec<Io>,
+    /// The fused program (for inspection).
+    pub program: Program,
+    /// The optimised graph (for inspection).
+    pub graph: Graph,
+}
+
+/// Lowers every node of `g` (after the pass pipeline) into one [`Program`].
+pub fn lower_graph(g: &Graph) -> Result<Program> {
+    let mut p = Program::default();
+    let mut buf_of: HashMap<ValueId, BufId> = HashMap::new();
+    for (i, &v) in g.inputs.iter().enumerate() {
+        let b = p.push(g.value(v).name.clone(), g.ty(v).clone(), BufKind::Input(i));
+        buf_of.insert(v, b);
+        p.inputs.push(b);
+        p.input_names.push(g.value(v).name.clone());
+    }
+    let buf = |p: &mut Program, buf_of: &mut HashMap<ValueId, BufId>, v: ValueId| -> BufId {
+        if let Some(&b) = buf_of.get(&v) {
+            return b;
+        }
+        let k: Arc<Tensor> = g
+            .konst(v)
+            .expect("undefined value is caught by the verifier")
+            .clone();
+        let b = p.push(g.value(v).name.clone(), k.ty.clone(), BufKind::Const(k));
+        buf_of.insert(v, b);
+        b
+    };
+    for node in &g.nodes {
+        let err = |error: OpError| Error::Node {
+            node: node.name.clone(),
+            op: node.op.op_type().to_string(),
+            error,
+        };
+        let inputs: Vec<Option<TensorType>> = node
+            .inputs
+            .iter()
+            .map(|v| v.map(|v| g.ty(v).clone()))
+            .collect();
+        let consts: Vec<Option<Arc<Tensor>>> = node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| g.konst(v).cloned()))
+            .collect();
+        let outputs: Vec<TensorType> = node.outputs.iter().map(|&o| g.ty(o).clone()).collect();
+        let mut cx = LowerCx {
+            inputs: &inputs,
+            consts: &consts,
+            outputs: &outputs,
+            stages: vec![],
+            name: node.name.clone(),
+        };
+        let srcs = node.op.lower(&mut cx).map_err(err)?;
+        let arg_bufs: Vec<Option<BufId>> = node
+            .inputs
+            .iter()
+            .map(|v| v.map(|v| buf(&mut p, &mut buf_of, v)))
+            .collect();
+        let mut local_bufs: Vec<BufId> = Vec::new();
+        let resolve = |s: Src, local: &[BufId]| -> Src {
+            match s {
+                Src::Arg(i) => {
+                    Src::Buf(arg_bufs[i as usize].expect("lowering reads a present input"))
+                }
+                Src::Local(j) => Src::Buf(local[j as usize]),
+                b => b,
+            }
+        };
+        for st in cx.stages {
+            let body = st.body.map_src(&|s| resolve(s, &local_bufs));
+            let reduce = st.reduce.map(|mut r| {
+                r.finalize = r.finalize.map(|f| f.map_src(&|s| resolve(s, &local_bufs)));
+                r
+            });
+            let b = p.push(
+                st.name.clone(),
+                st.ty.clone(),
+                BufKind::Stage(Stage { body, reduce, ..st }),
+            );
+            local_bufs.push(b);
+        }
+        for (k, (&o, s)) in node.outputs.iter().zip(&srcs).enumerate() {
+            let Src::Buf(b) = resolve(*s, &local_bufs) else {
+                unreachable!()
+            };
+            if p.bufs[b as usize].ty != outputs[k] {
+                return Err(err(OpError::expected(
+                    format!("lowered output {k} of type {}", outputs[k]),
+                    &p.bufs[b as usize].ty,
+                )));
+            }
+            if matches!(p.bufs[b as usize].kind, BufKind::Stage(_)) {
+                p.bufs[b as usize].name = g.value(o).name.clone();
+            }
+            buf_of.insert(o, b);
+        }
+    }
+    for &v in &g.outputs {
+        let mut b = buf(&mut p, &mut buf_of, v);
+        if !matches!(p.bufs[b as usize].kind, BufKind::Stage(_)) || p.outputs.contains(&b) {
+            let ty = p.bufs[b as usize].ty.clone();
+            let body = te::Expr::load_flat(
+                Src::Buf(b),
+                te::Expr::flatten(
+                    &(0..ty.rank()).map(te::Expr::var).collect::<Vec<_>>(),
+                    &ty.shape,
+                ),
+            );
+            b = p.push(
+                g.value(v).name.clone(),
+                ty.clone(),
+                BufKind::Stage(Stage {
+                    name: format!("copy_{}", g.value(v).name),
+                    ty,
+                    body,
+                    reduce: None,
+                }),
+            );
+        }
+        p.outputs.push(b);
+        p.output_names.push(g.value(v).name.clone());
+    }
+    Ok(p)
+}
+
+/// Assigns every buffer a place: inputs by position, constants in the weight blob, stages in the
+/// arena. Returns the places, the weight blob and the arena size.
+pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
+    let mut places = vec![Place::None; p.bufs.len()];
+    let mut weights = Vec::new();
+    let readers = p.readers();
+    let end = p.bufs.len();
+    let mut intervals = Vec::new();
+    let mut stage_ids = Vec::new();
+    for (i, b) in p.bufs.iter().enumerate() {
+        match &b.kind {
+            BufKind::Input(k) => places[i] = Place::Input(*k),
+            BufKind::Const(t) => {
+                let off = weights.len().div_ceil(64) * 64;
+                weights.resize(off, 0);
+                weights.extend_from_slice(&t.data);
+                places[i] = Place::Weight(off);
+            }
+            BufKind::Stage(_) => {
+                let last = if p.outputs.contains(&(i as u32)) {
+                    end
+                } else {
+                    readers[i].iter().copied().max().map_or(i, |r| r as usize)
+                };
+                intervals.push(Interval {
+                    size: b.ty.bytes().max(1),
+                    first: i,
+                    last,
+                });
+                stage_ids.push(i);
+            }
+            BufKind::Dead => {}
+        }
+    }
+    let plan = plan_arena(&intervals);
+    for (k, &i) in stage_ids.iter().enumerate() {
+        places[i] = Place::Arena(plan.offsets[k]);
+    }
+    (places, weights, plan.size)
+}
+
+/// Compiles an imported graph: passes, lowering, fusion, placement, C code.
+pub fn compile_graph(mut g: Graph, symbol: &str) -> Result<Compiled> {
+    crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+    let mut p = lower_graph(&g)?;
+    te::fuse(&mut p);
+    let (places, weights, arena_size) = place(&p);
+    let header = format!(
+        "@generated by collage-build {} for model {:?}. Do not edit.",
+        env!("CARGO_PKG_VERSION"),
+        g.name
+    );
+    let c_source = c::emit(&p, &places, symbol, &header);
+    let inputs = p
+        .inputs
+        .iter()
+        .zip(&p.input_names)
+        .map(|(&b, n)| Io {
+            name: n.clone(),
+            ty: p.bufs[b as usize].ty.clone(),
+            offset: 0,
+        })
+        .collect();
+    let outputs = p
+        .outputs
+        .iter()
+        .zip(&p.output_names)
+        .map(|(&b, n)| {
+            let Place::Arena(off) = places[b as usize] else {
+                unreachable!("outputs are stages in the arena")
+            };
+            Io {
+                name: n.clone(),
+                ty: p.bufs[b as usize].ty.clone(),
+                offset: off,
+            }
+        })
+        .collect();
+    Ok(Compiled {
+        name: g.name.clone(),
+        symbol: symbol.to_string(),
+        c_source,
+        weights,
+        arena_size,
+        inputs,
+        outputs,
+        program: p,
+        graph: g,
+    })
+}

@@ -1,0 +1,1 @@
+//! The Rust glue for a compiled model (filled in below).

@@ -1,0 +1,1 @@
+//! The `model!` DSL frontend (filled in below).

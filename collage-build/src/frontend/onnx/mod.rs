@@ -1,0 +1,228 @@
+//! The ONNX frontend: protobuf decoding (`prost`, schema compiled in pure Rust), initializers,
+//! external data, and the mapping of nodes onto registered operators.
+#[allow(missing_docs, clippy::all)]
+pub mod proto;
+mod tensor;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use prost::Message;
+
+use crate::error::{io_err, Error, Result};
+use crate::ir::{DType, Graph, TensorType, ValueId};
+use crate::ops::{self, Attr, Attrs, OpCx};
+pub use tensor::{tensor_from_proto, tensor_to_proto};
+
+/// Reads and imports an ONNX model file.
+pub fn load(path: &Path) -> Result<Graph> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    import_bytes(&bytes, path)
+}
+
+/// Imports an ONNX model from bytes; `path` names it in errors and locates external data.
+pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
+    let model = proto::ModelProto::decode(bytes).map_err(|e| Error::Decode {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let Some(graph) = model.graph.as_ref() else {
+        return Err(Error::Decode {
+            path: path.to_path_buf(),
+            detail: "the model has no graph".into(),
+        });
+    };
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .unwrap_or(if model.opset_import.is_empty() { 1 } else { 0 });
+    let base = path.parent().unwrap_or(Path::new("."));
+    let name = if graph.name.is_empty() {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        graph.name.clone()
+    };
+    let mut g = Graph::new(name.clone());
+    let model_err = |detail: String| Error::Model {
+        model: name.clone(),
+        detail,
+    };
+    let mut by_name: HashMap<String, ValueId> = HashMap::new();
+
+    for init in &graph.initializer {
+        let t = tensor_from_proto(init, base)
+            .map_err(|e| model_err(format!("initializer `{}`: {e}", init.name)))?;
+        let v = g.add_const(init.name.clone(), t);
+        by_name.insert(init.name.clone(), v);
+    }
+    for vi in &graph.input {
+        if by_name.contains_key(&vi.name) {
+            continue; // an initializer with a default value (IR < 4 style): a constant
+        }
+        let ty = value_type(vi).map_err(|e| model_err(format!("input `{}`: {e}", vi.name)))?;
+        let v = g.add_value(vi.name.clone(), Some(ty));
+        g.inputs.push(v);
+        by_name.insert(vi.name.clone(), v);
+    }
+
+    let mut unsupported: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut used_names: HashMap<String, usize> = HashMap::new();
+    for (i, node) in graph.node.iter().enumerate() {
+        let mut node_name = if node.name.is_empty() {
+            format!("{}_{i}", node.op_type)
+        } else {
+            node.name.clone()
+        };
+        let count = used_names.entry(node_name.clone()).or_insert(0);
+        *count += 1;
+        if *count > 1 {
+            node_name = format!("{node_name}_{}", *count - 1);
+        }
+        let ctor = if node.domain.is_empty() || node.domain == "ai.onnx" {
+            ops::lookup(&node.op_type)
+        } else {
+            None
+        };
+        let Some(ctor) = ctor else {
+            let op = if node.domain.is_empty() {
+                node.op_type.clone()
+            } else {
+                format!("{}:{}", node.domain, node.op_type)
+            };
+            unsupported.entry(op).or_default().push(node_name);
+            for out in &node.output {
+                let v = g.add_value(out.clone(), None);
+                by_name.insert(out.clone(), v);
+            }
+            continue;
+        };
+        let node_err = |error| Error::Node {
+            node: node_name.clone(),
+            op: node.op_type.clone(),
+            error,
+        };
+        let attrs = attrs(node, base).map_err(node_err)?;
+        let op = ctor(&OpCx {
+            attrs: &attrs,
+            opset,
+            n_inputs: node.input.len(),
+            n_outputs: node.output.len(),
+        })
+        .map_err(node_err)?;
+        let mut inputs = Vec::new();
+        for inp in &node.input {
+            if inp.is_empty() {
+                inputs.push(None);
+            } else {
+                let v = by_name.get(inp).copied().ok_or_else(|| {
+                    node_err(crate::error::OpError::expected(
+                        "inputs defined before use",
+                        format!("undefined value `{inp}`"),
+                    ))
+                })?;
+                inputs.push(Some(v));
+            }
+        }
+        while inputs.last() == Some(&None) {
+            inputs.pop();
+        }
+        let mut outputs = Vec::new();
+        for out in &node.output {
+            let v = g.add_value(
+                if out.is_empty() {
+                    format!("{node_name}_unused")
+                } else {
+                    out.clone()
+                },
+                None,
+            );
+            if !out.is_empty() {
+                by_name.insert(out.clone(), v);
+            }
+            outputs.push(v);
+        }
+        g.add_node(node_name, op, inputs, outputs);
+    }
+    if !unsupported.is_empty() {
+        return Err(Error::UnsupportedOps {
+            ops: unsupported.into_iter().collect(),
+        });
+    }
+    for vo in &graph.output {
+        let v = by_name.get(&vo.name).copied().ok_or_else(|| {
+            model_err(format!("output `{}` is not produced by any node", vo.name))
+        })?;
+        g.outputs.push(v);
+    }
+    Ok(g)
+}
+
+fn value_type(vi: &proto::ValueInfoProto) -> Result<TensorType, String> {
+    use proto::type_proto::Value;
+    let Some(Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err("only tensor inputs are supported".into());
+    };
+    let dtype = DType::from_onnx(t.elem_type).ok_or_else(|| {
+        format!(
+            "element type {} is not supported",
+            DType::onnx_name(t.elem_type)
+        )
+    })?;
+    let mut shape = Vec::new();
+    if let Some(s) = &t.shape {
+        for d in &s.dim {
+            use proto::tensor_shape_proto::dimension::Value as D;
+            match &d.value {
+                Some(D::DimValue(v)) if *v >= 0 => shape.push(*v as usize),
+                Some(D::DimParam(p)) => return Err(format!("dimension `{p}` is symbolic; Collage compiles static shapes: fix it in the model (e.g. with onnxruntime's make_dynamic_shape_fixed)")),
+                _ => return Err("a dimension has no static size".into()),
+            }
+        }
+    } else {
+        return Err("the input has no shape".into());
+    }
+    Ok(TensorType::new(dtype, shape))
+}
+
+fn attrs(node: &proto::NodeProto, base: &Path) -> Result<Attrs, crate::error::OpError> {
+    use proto::attribute_proto::AttributeType as T;
+    let mut m = BTreeMap::new();
+    for a in &node.attribute {
+        let v = match T::try_from(a.r#type).unwrap_or(T::Undefined) {
+            T::Int => Attr::Int(a.i),
+            T::Float => Attr::Float(a.f),
+            T::String => Attr::Str(String::from_utf8_lossy(&a.s).into_owned()),
+            T::Ints => Attr::Ints(a.ints.clone()),
+            T::Floats => Attr::Floats(a.floats.clone()),
+            T::Strings => Attr::Strs(
+                a.strings
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect(),
+            ),
+            T::Tensor => {
+                let t = a.t.as_ref().ok_or_else(|| {
+                    crate::error::OpError::expected(
+                        format!("attribute `{}` to hold a tensor", a.name),
+                        "nothing",
+                    )
+                })?;
+                Attr::Tensor(tensor_from_proto(t, base).map_err(|e| {
+                    crate::error::OpError::Unsupported(format!("attribute `{}`: {e}", a.name))
+                })?)
+            }
+            other => {
+                return Err(crate::error::OpError::Unsupported(format!(
+                    "attribute `{}` of type {other:?}",
+                    a.name
+                )))
+            }
+        };
+        m.insert(a.name.clone(), v);
+    }
+    Ok(Attrs(m))
+}

@@ -1,0 +1,120 @@
+//! Conversion between ONNX `TensorProto` and [`Tensor`], including external data.
+use std::path::Path;
+
+use super::proto::{tensor_proto::DataLocation, TensorProto};
+use crate::ir::{DType, Tensor, TensorType};
+
+/// Decodes a `TensorProto`; `base` is the model's folder, for external data.
+pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String> {
+    let dtype = DType::from_onnx(t.data_type).ok_or_else(|| {
+        format!(
+            "element type {} is not supported",
+            DType::onnx_name(t.data_type)
+        )
+    })?;
+    let mut shape = Vec::with_capacity(t.dims.len());
+    for &d in &t.dims {
+        if d < 0 {
+            return Err(format!("negative dimension {d}"));
+        }
+        shape.push(d as usize);
+    }
+    let ty = TensorType::new(dtype, shape);
+    let n = ty.numel();
+    let expect = ty.bytes();
+    let raw: Vec<u8> = if t.data_location == DataLocation::External as i32 {
+        let get = |k: &str| {
+            t.external_data
+                .iter()
+                .find(|e| e.key == k)
+                .map(|e| e.value.clone())
+        };
+        let loc = get("location").ok_or("external data without a location")?;
+        if Path::new(&loc).is_absolute() || loc.contains("..") {
+            return Err(format!(
+                "external data location `{loc}` must be a relative path inside the model's folder"
+            ));
+        }
+        let offset: u64 = get("offset")
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| format!("bad external data offset `{s}`"))
+            })
+            .transpose()?
+            .unwrap_or(0);
+        let path = base.join(&loc);
+        let all =
+            std::fs::read(&path).map_err(|e| format!("external data {}: {e}", path.display()))?;
+        let len: usize = get("length")
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| format!("bad external data length `{s}`"))
+            })
+            .transpose()?
+            .unwrap_or(expect);
+        let start = offset as usize;
+        all.get(start..start + len)
+            .ok_or_else(|| {
+                format!(
+                    "external data {} is shorter than offset {offset} + length {len}",
+                    path.display()
+                )
+            })?
+            .to_vec()
+    } else if !t.raw_data.is_empty() {
+        t.raw_data.clone()
+    } else {
+        let mut out = Tensor::zeros(ty.clone());
+        let got = match dtype {
+            DType::F32 => {
+                t.float_data
+                    .iter()
+                    .enumerate()
+                    .take(n)
+                    .for_each(|(i, v)| out.set_f64(i, *v as f64));
+                t.float_data.len()
+            }
+            DType::F64 => {
+                t.double_data
+                    .iter()
+                    .enumerate()
+                    .take(n)
+                    .for_each(|(i, v)| out.set_f64(i, *v));
+                t.double_data.len()
+            }
+            DType::I64 => {
+                t.int64_data
+                    .iter()
+                    .enumerate()
+                    .take(n)
+                    .for_each(|(i, v)| out.set_i64(i, *v));
+                t.int64_data.len()
+            }
+            DType::I32 | DType::Bool => {
+                t.int32_data
+                    .iter()
+                    .enumerate()
+                    .take(n)
+                    .for_each(|(i, v)| out.set_i64(i, *v as i64));
+                t.int32_data.len()
+            }
+        };
+        if got != n {
+            return Err(format!("{} values for shape {:?}", got, ty.shape));
+        }
+        return Ok(out);
+    };
+    Tensor::from_bytes(ty.clone(), raw)
+        .ok_or_else(|| format!("data size does not match {ty} ({expect} bytes)"))
+}
+
+/// Encodes a tensor as a `TensorProto` with raw data.
+pub fn tensor_to_proto(t: &Tensor, name: &str) -> TensorProto {
+    TensorProto {
+        name: name.to_string(),
+        data_type: t.ty.dtype.onnx_code(),
+        dims: t.ty.shape.iter().map(|&d| d as i64).collect(),
+        raw_data: t.data.clone(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,135 @@
+//! Host tensors: constants, weights, test data.
+use std::fmt;
+
+use super::types::{DType, TensorType};
+
+/// A dense row-major tensor with its bytes in little-endian order.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    /// Type and shape.
+    pub ty: TensorType,
+    /// `ty.bytes()` bytes, little-endian.
+    pub data: Vec<u8>,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({}", self.ty)?;
+        if self.ty.numel() <= 16 {
+            write!(f, " {:?}", self.to_f64())?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl Tensor {
+    /// A zero-filled tensor.
+    pub fn zeros(ty: TensorType) -> Self {
+        let n = ty.bytes();
+        Tensor {
+            ty,
+            data: vec![0; n],
+        }
+    }
+
+    /// A tensor from raw little-endian bytes; `None` if the length does not match.
+    pub fn from_bytes(ty: TensorType, data: Vec<u8>) -> Option<Self> {
+        (data.len() == ty.bytes()).then_some(Tensor { ty, data })
+    }
+
+    /// An f32 tensor.
+    pub fn from_f32(shape: &[usize], v: &[f32]) -> Self {
+        Tensor {
+            ty: TensorType::new(DType::F32, shape),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// An i64 tensor.
+    pub fn from_i64(shape: &[usize], v: &[i64]) -> Self {
+        Tensor {
+            ty: TensorType::new(DType::I64, shape),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// A tensor of `dtype` from f64 values (converted as a C cast would).
+    pub fn from_f64_as(dtype: DType, shape: &[usize], v: &[f64]) -> Self {
+        let mut t = Tensor::zeros(TensorType::new(dtype, shape));
+        for (i, &x) in v.iter().enumerate() {
+            t.set_f64(i, x);
+        }
+        t
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.ty.numel()
+    }
+
+    /// Element `i` as f64 (integers and bools converted).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        let d = &self.data;
+        match self.ty.dtype {
+            DType::F32 => f32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as f64,
+            DType::F64 => f64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
+            DType::I32 => i32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as f64,
+            DType::I64 => i64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()) as f64,
+            DType::Bool => (d[i] != 0) as u8 as f64,
+        }
+    }
+
+    /// Element `i` as i64 (floats truncated).
+    pub fn get_i64(&self, i: usize) -> i64 {
+        let d = &self.data;
+        match self.ty.dtype {
+            DType::I64 => i64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
+            DType::I32 => i32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as i64,
+            DType::Bool => d[i] as i64,
+            _ => self.get_f64(i) as i64,
+        }
+    }
+
+    /// Sets element `i` from an f64 (converted as a C cast would).
+    pub fn set_f64(&mut self, i: usize, x: f64) {
+        let d = &mut self.data;
+        match self.ty.dtype {
+            DType::F32 => d[i * 4..i * 4 + 4].copy_from_slice(&(x as f32).to_le_bytes()),
+            DType::F64 => d[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes()),
+            DType::I32 => d[i * 4..i * 4 + 4].copy_from_slice(&(x as i32).to_le_bytes()),
+            DType::I64 => d[i * 8..i * 8 + 8].copy_from_slice(&(x as i64).to_le_bytes()),
+            DType::Bool => d[i] = (x != 0.0) as u8,
+        }
+    }
+
+    /// Sets element `i` from an i64.
+    pub fn set_i64(&mut self, i: usize, x: i64) {
+        match self.ty.dtype {
+            DType::I64 => self.data[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes()),
+            DType::I32 => self.data[i * 4..i * 4 + 4].copy_from_slice(&(x as i32).to_le_bytes()),
+            _ => self.set_f64(i, x as f64),
+        }
+    }
+
+    /// All elements as f64.
+    pub fn to_f64(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.get_f64(i)).collect()
+    }
+
+    /// All elements as i64.
+    pub fn to_i64(&self) -> Vec<i64> {
+        (0..self.numel()).map(|i| self.get_i64(i)).collect()
+    }
+
+    /// All elements as f32 (converting other types).
+    pub fn to_f32(&self) -> Vec<f32> {
+        (0..self.numel()).map(|i| self.get_f64(i) as f32).collect()
+    }
+
+    /// The same data with another shape of equal element count.
+    pub fn reshaped(mut self, shape: &[usize]) -> Self {
+        assert_eq!(shape.iter().product::<usize>(), self.numel());
+        self.ty.shape = shape.to_vec();
+        self
+    }
+}

@@ -1,0 +1,23 @@
+//! `collage-build`: the build-time compiler of Collage for Rust.
+//!
+//! Use it from `build.rs` through [`Build`]; the `collage` binary wraps the same library.
+//! The pipeline: frontend ([`frontend`]) → IR passes ([`passes`]) → lowering to tensor expressions
+//! ([`te`]) → fusion → arena planning ([`schedule`]) → C kernels and Rust glue ([`codegen`]).
+#![warn(missing_docs)]
+
+pub mod backend;
+mod build;
+pub mod codegen;
+pub mod error;
+pub mod frontend;
+pub mod ir;
+pub mod native;
+pub mod ops;
+pub mod passes;
+pub mod schedule;
+pub mod te;
+pub mod tools;
+
+pub use build::{symbol_for, Build, Built};
+pub use codegen::{compile_graph, Compiled};
+pub use error::{Error, OpError, Result};

@@ -1,0 +1,158 @@
+//! Running a compiled model inside the compiler process: the C code is built into a shared
+//! library with the system C compiler and loaded. Used by `collage run`, `conformance` and `bench`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use collage_runtime::{Aligned, Arena, Executor, RawRt};
+
+use crate::codegen::{Compiled, Io};
+use crate::error::{io_err, Error, Result};
+use crate::ir::Tensor;
+
+type RunFn = unsafe extern "C" fn(
+    rt: *const RawRt,
+    arena: *mut u8,
+    weights: *const u8,
+    inputs: *const *const u8,
+);
+
+/// The C compiler command: `$CC`, else `cc`.
+pub fn c_compiler() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".into())
+}
+
+/// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise).
+pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
+    let res = Command::new(c_compiler())
+        .args([opt, "-std=c99", "-fPIC", "-shared", "-fno-math-errno"])
+        .arg("-o")
+        .arg(out)
+        .arg(c_path)
+        .arg("-lm")
+        .output()
+        .map_err(|e| Error::CCompile {
+            path: c_path.to_path_buf(),
+            detail: format!("cannot run `{}`: {e}", c_compiler()),
+        })?;
+    if !res.status.success() {
+        let detail = String::from_utf8_lossy(&res.stderr)
+            .chars()
+            .take(4000)
+            .collect();
+        return Err(Error::CCompile {
+            path: c_path.to_path_buf(),
+            detail,
+        });
+    }
+    Ok(())
+}
+
+/// A compiled model loaded into this process.
+pub struct NativeModel {
+    _lib: libloading::Library,
+    run: RunFn,
+    arena: Arena,
+    weights: Vec<Aligned<[u8; 64]>>,
+    /// The model's inputs.
+    pub inputs: Vec<Io>,
+    /// The model's outputs.
+    pub outputs: Vec<Io>,
+    /// The shared library.
+    pub path: PathBuf,
+}
+
+impl NativeModel {
+    /// Writes the C source to `dir`, compiles it and loads it.
+    pub fn build(c: &Compiled, dir: &Path, opt: &str) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let c_path = dir.join(format!("{}.c", c.symbol));
+        std::fs::write(&c_path, &c.c_source).map_err(io_err(&c_path))?;
+        let so = dir.join(format!("lib{}.so", c.symbol));
+        build_shared(&c_path, &so, opt)?;
+        // SAFETY: the library was just built from our generated C code, which has no constructors.
+        let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
+            path: so.clone(),
+            detail: e.to_string(),
+        })?;
+        let sym = format!("collage_{}_run", c.symbol);
+        // SAFETY: the generated entry point has exactly the `RunFn` signature.
+        let run: RunFn = unsafe {
+            *lib.get::<RunFn>(sym.as_bytes()).map_err(|e| Error::Load {
+                path: so.clone(),
+                detail: e.to_string(),
+            })?
+        };
+        let mut weights = vec![Aligned([0u8; 64]); c.weights.len().div_ceil(64)];
+        // SAFETY: `weights` holds at least `c.weights.len()` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                c.weights.as_ptr(),
+                weights.as_mut_ptr() as *mut u8,
+                c.weights.len(),
+            )
+        };
+        Ok(NativeModel {
+            _lib: lib,
+            run,
+            arena: Arena::new(c.arena_size),
+            weights,
+            inputs: c.inputs.clone(),
+            outputs: c.outputs.clone(),
+            path: so,
+        })
+    }
+
+    /// Runs the model on `inputs` (checked against the signature) and returns copies of the outputs.
+    pub fn run(&mut self, inputs: &[Tensor], exec: &Executor) -> Result<Vec<Tensor>> {
+        self.check(inputs)?;
+        self.run_unchecked(inputs, exec);
+        Ok(self.outputs.iter().map(|o| self.output(o)).collect())
+    }
+
+    /// Checks that `inputs` match the signature.
+    pub fn check(&self, inputs: &[Tensor]) -> Result<()> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::Data {
+                name: "*".into(),
+                detail: format!(
+                    "the model takes {} inputs, got {}",
+                    self.inputs.len(),
+                    inputs.len()
+                ),
+            });
+        }
+        for (t, io) in inputs.iter().zip(&self.inputs) {
+            if t.ty != io.ty {
+                return Err(Error::Data {
+                    name: io.name.clone(),
+                    detail: format!("expected {}, got {}", io.ty, t.ty),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs without checking or copying outputs (for timing); `inputs` must match the signature.
+    pub fn run_unchecked(&mut self, inputs: &[Tensor], exec: &Executor) {
+        let ptrs: Vec<*const u8> = inputs.iter().map(|t| t.data.as_ptr()).collect();
+        let rt = exec.raw();
+        // SAFETY: the arena and weights have the sizes the code was generated for and inputs match
+        // the signature (checked by the caller).
+        unsafe {
+            (self.run)(
+                &rt,
+                self.arena.as_mut_ptr(),
+                self.weights.as_ptr() as *const u8,
+                ptrs.as_ptr(),
+            )
+        };
+    }
+
+    fn output(&self, o: &Io) -> Tensor {
+        let n = o.ty.bytes();
+        // SAFETY: the output lies inside the arena at the planned offset.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.arena.as_ptr().add(o.offset), n) }.to_vec();
+        Tensor::from_bytes(o.ty.clone(), bytes).expect("size matches")
+    }
+}

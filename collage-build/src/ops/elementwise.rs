@@ -1,0 +1,528 @@
+//! Elementwise and broadcasting operators: arithmetic, comparisons, logic, activations, casts.
+use std::fmt;
+use std::sync::Arc;
+
+use super::{
+    broadcast_shapes, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator, ALL, FLOATS,
+    NUMERIC,
+};
+use crate::error::OpError;
+use crate::ir::{DType, TensorType};
+use crate::te::{BinOp, Expr, UnOp};
+
+/// The output element type of an elementwise operator.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum OutTy {
+    /// The type of input 0.
+    Same,
+    /// The type of input 1 (`Where`).
+    Second,
+    /// Bool (comparisons, logic, tests).
+    Bool,
+    /// A fixed type (`Cast`).
+    To(DType),
+}
+
+/// The compute function: inputs at the output element (omitted optional inputs are `None`),
+/// the operator, and the output element type.
+type Compute = fn(&Ew, &[Option<Expr>], DType) -> Expr;
+
+/// An elementwise operator with numpy broadcasting over all its inputs.
+pub struct Ew {
+    op_type: &'static str,
+    /// Allowed type of input 0.
+    types: &'static [DType],
+    /// True if every input must have input 0's type.
+    same_types: bool,
+    out: OutTy,
+    /// Float attributes (alpha, beta, ...), by meaning per op.
+    p: Vec<f64>,
+    /// Integer attribute (fmod, detect flags).
+    n: i64,
+    f: Compute,
+}
+
+impl fmt::Debug for Ew {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{")?;
+        if !self.p.is_empty() {
+            write!(f, "p={:?}", self.p)?;
+        }
+        if self.n != 0 {
+            write!(f, " n={}", self.n)?;
+        }
+        if let OutTy::To(d) = self.out {
+            write!(f, " to={d}")?;
+        }
+        write!(f, "}}")
+    }
+}
+
+fn ew(op_type: &'static str, types: &'static [DType], out: OutTy, f: Compute) -> Ew {
+    Ew {
+        op_type,
+        types,
+        same_types: true,
+        out,
+        p: vec![],
+        n: 0,
+        f,
+    }
+}
+
+impl Ew {
+    fn c(&self, d: DType, v: f64) -> Expr {
+        Expr::c(d, v)
+    }
+}
+
+impl Operator for Ew {
+    fn op_type(&self) -> &'static str {
+        self.op_type
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Broadcast
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        let first = if self.op_type == "Where" { 1 } else { 0 };
+        let d0 = super::check_dtype(cx, first, self.types)?;
+        if self.op_type == "Where" {
+            super::check_dtype(cx, 0, &[DType::Bool])?;
+        }
+        let mut shapes = Vec::new();
+        for (i, t) in cx.inputs.iter().enumerate() {
+            if let Some(t) = t {
+                if self.same_types && i > first && t.dtype != d0 {
+                    return Err(OpError::expected(
+                        format!("input {i} of type {d0} like input {first}"),
+                        t.dtype,
+                    ));
+                }
+                shapes.push(t.shape.as_slice());
+            }
+        }
+        let shape = broadcast_shapes(&shapes)?;
+        let dtype = match self.out {
+            OutTy::Same => d0,
+            OutTy::Second => cx.input(1)?.dtype,
+            OutTy::Bool => DType::Bool,
+            OutTy::To(d) => d,
+        };
+        Ok(vec![TensorType::new(dtype, shape)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<crate::te::Src>> {
+        let out = cx.output(0).clone();
+        let args: Vec<Option<Expr>> = (0..cx.inputs.len())
+            .map(|i| cx.has(i).then(|| cx.load_bcast(i, &out.shape)))
+            .collect();
+        let body = (self.f)(self, &args, out.dtype);
+        Ok(vec![cx.stage(out, body)])
+    }
+}
+
+fn a0(a: &[Option<Expr>]) -> Expr {
+    a[0].clone().expect("input 0")
+}
+
+fn a1(a: &[Option<Expr>]) -> Expr {
+    a[1].clone().expect("input 1")
+}
+
+fn unary(op_type: &'static str, types: &'static [DType], op: UnOp) -> OpResult<Arc<dyn Operator>> {
+    let mut e = ew(op_type, types, OutTy::Same, |o, a, _| {
+        Expr::Un(unop_of(o.op_type), Box::new(a0(a)))
+    });
+    if matches!(op, UnOp::Not | UnOp::IsNaN) {
+        e.out = OutTy::Bool;
+    }
+    Ok(Arc::new(e))
+}
+
+fn unop_of(op_type: &str) -> UnOp {
+    match op_type {
+        "Neg" => UnOp::Neg,
+        "Abs" => UnOp::Abs,
+        "Sqrt" => UnOp::Sqrt,
+        "Exp" => UnOp::Exp,
+        "Log" => UnOp::Log,
+        "Sin" => UnOp::Sin,
+        "Cos" => UnOp::Cos,
+        "Tan" => UnOp::Tan,
+        "Asin" => UnOp::Asin,
+        "Acos" => UnOp::Acos,
+        "Atan" => UnOp::Atan,
+        "Sinh" => UnOp::Sinh,
+        "Cosh" => UnOp::Cosh,
+        "Asinh" => UnOp::Asinh,
+        "Acosh" => UnOp::Acosh,
+        "Atanh" => UnOp::Atanh,
+        "Tanh" => UnOp::Tanh,
+        "Erf" => UnOp::Erf,
+        "Floor" => UnOp::Floor,
+        "Ceil" => UnOp::Ceil,
+        "Round" => UnOp::Round,
+        "Sign" => UnOp::Sign,
+        "Not" => UnOp::Not,
+        "IsNaN" => UnOp::IsNaN,
+        other => unreachable!("not a unary op: {other}"),
+    }
+}
+
+fn binop_of(op_type: &str) -> BinOp {
+    match op_type {
+        "Add" => BinOp::Add,
+        "Sub" => BinOp::Sub,
+        "Mul" => BinOp::Mul,
+        "Div" => BinOp::Div,
+        "And" => BinOp::And,
+        "Or" => BinOp::Or,
+        "Xor" => BinOp::Xor,
+        "Equal" => BinOp::Eq,
+        "Less" => BinOp::Lt,
+        "LessOrEqual" => BinOp::Le,
+        "Greater" => BinOp::Gt,
+        "GreaterOrEqual" => BinOp::Ge,
+        other => unreachable!("not a binary op: {other}"),
+    }
+}
+
+fn binary(
+    op_type: &'static str,
+    types: &'static [DType],
+    out: OutTy,
+) -> OpResult<Arc<dyn Operator>> {
+    Ok(Arc::new(ew(op_type, types, out, |o, a, _| {
+        Expr::bin(binop_of(o.op_type), a0(a), a1(a))
+    })))
+}
+
+/// Variadic Max / Min / Sum / Mean.
+fn variadic(op_type: &'static str) -> OpResult<Arc<dyn Operator>> {
+    let types = if op_type == "Sum" || op_type == "Mean" {
+        FLOATS
+    } else {
+        NUMERIC
+    };
+    Ok(Arc::new(ew(op_type, types, OutTy::Same, |o, a, d| {
+        let mut it = a.iter().flatten().cloned();
+        let first = it.next().expect("at least one input");
+        let n = a.iter().flatten().count();
+        let r = it.fold(first, |acc, x| match o.op_type {
+            "Max" => acc.max(x),
+            "Min" => acc.min(x),
+            _ => acc.add(x),
+        });
+        if o.op_type == "Mean" {
+            r.div(Expr::c(d, n as f64))
+        } else {
+            r
+        }
+    })))
+}
+
+fn with_p(mut e: Ew, p: Vec<f64>) -> OpResult<Arc<dyn Operator>> {
+    e.p = p;
+    Ok(Arc::new(e))
+}
+
+fn activation(
+    cx: &OpCx,
+    op_type: &'static str,
+    defaults: &[(&str, f32)],
+    f: Compute,
+) -> OpResult<Arc<dyn Operator>> {
+    let mut p = Vec::new();
+    for (name, d) in defaults {
+        p.push(cx.attrs.float(name, *d)? as f64);
+    }
+    with_p(ew(op_type, FLOATS, OutTy::Same, f), p)
+}
+
+fn sigmoid(x: Expr, d: DType) -> Expr {
+    Expr::c(d, 1.0).div(Expr::c(d, 1.0).add(x.neg().exp()))
+}
+
+fn softplus(x: Expr, d: DType) -> Expr {
+    // log(1 + exp(x)), stable for large x.
+    let big = x.clone().gt(Expr::c(d, 20.0));
+    Expr::select(big, x.clone(), Expr::c(d, 1.0).add(x.exp()).log())
+}
+
+/// The registry of this family.
+pub const OPS: &[(&str, Constructor)] = &[
+    ("Add", |_| binary("Add", NUMERIC, OutTy::Same)),
+    ("Sub", |_| binary("Sub", NUMERIC, OutTy::Same)),
+    ("Mul", |_| binary("Mul", NUMERIC, OutTy::Same)),
+    ("Div", |_| binary("Div", NUMERIC, OutTy::Same)),
+    ("And", |_| binary("And", &[DType::Bool], OutTy::Bool)),
+    ("Or", |_| binary("Or", &[DType::Bool], OutTy::Bool)),
+    ("Xor", |_| binary("Xor", &[DType::Bool], OutTy::Bool)),
+    ("Equal", |_| binary("Equal", ALL, OutTy::Bool)),
+    ("Less", |_| binary("Less", NUMERIC, OutTy::Bool)),
+    ("LessOrEqual", |_| {
+        binary("LessOrEqual", NUMERIC, OutTy::Bool)
+    }),
+    ("Greater", |_| binary("Greater", NUMERIC, OutTy::Bool)),
+    ("GreaterOrEqual", |_| {
+        binary("GreaterOrEqual", NUMERIC, OutTy::Bool)
+    }),
+    ("Pow", |_| {
+        let mut e = ew("Pow", NUMERIC, OutTy::Same, |_, a, d| {
+            a0(a).pow(a1(a).cast(d))
+        });
+        e.same_types = false;
+        Ok(Arc::new(e))
+    }),
+    ("Mod", |cx| {
+        let mut e = ew("Mod", NUMERIC, OutTy::Same, |o, a, d| {
+            if o.n != 0 || d.is_float() {
+                a0(a).fmod(a1(a))
+            } else {
+                a0(a).modulo(a1(a))
+            }
+        });
+        e.n = cx.attrs.int("fmod", 0)?;
+        Ok(Arc::new(e))
+    }),
+    ("Max", |_| variadic("Max")),
+    ("Min", |_| variadic("Min")),
+    ("Sum", |_| variadic("Sum")),
+    ("Mean", |_| variadic("Mean")),
+    ("Neg", |_| unary("Neg", NUMERIC, UnOp::Neg)),
+    ("Abs", |_| unary("Abs", NUMERIC, UnOp::Abs)),
+    ("Sign", |_| unary("Sign", NUMERIC, UnOp::Sign)),
+    ("Sqrt", |_| unary("Sqrt", FLOATS, UnOp::Sqrt)),
+    ("Exp", |_| unary("Exp", FLOATS, UnOp::Exp)),
+    ("Log", |_| unary("Log", FLOATS, UnOp::Log)),
+    ("Sin", |_| unary("Sin", FLOATS, UnOp::Sin)),
+    ("Cos", |_| unary("Cos", FLOATS, UnOp::Cos)),
+    ("Tan", |_| unary("Tan", FLOATS, UnOp::Tan)),
+    ("Asin", |_| unary("Asin", FLOATS, UnOp::Asin)),
+    ("Acos", |_| unary("Acos", FLOATS, UnOp::Acos)),
+    ("Atan", |_| unary("Atan", FLOATS, UnOp::Atan)),
+    ("Sinh", |_| unary("Sinh", FLOATS, UnOp::Sinh)),
+    ("Cosh", |_| unary("Cosh", FLOATS, UnOp::Cosh)),
+    ("Asinh", |_| unary("Asinh", FLOATS, UnOp::Asinh)),
+    ("Acosh", |_| unary("Acosh", FLOATS, UnOp::Acosh)),
+    ("Atanh", |_| unary("Atanh", FLOATS, UnOp::Atanh)),
+    ("Tanh", |_| unary("Tanh", FLOATS, UnOp::Tanh)),
+    ("Erf", |_| unary("Erf", FLOATS, UnOp::Erf)),
+    ("Floor", |_| unary("Floor", FLOATS, UnOp::Floor)),
+    ("Ceil", |_| unary("Ceil", FLOATS, UnOp::Ceil)),
+    ("Round", |_| unary("Round", FLOATS, UnOp::Round)),
+    ("Not", |_| unary("Not", &[DType::Bool], UnOp::Not)),
+    ("IsNaN", |_| unary("IsNaN", FLOATS, UnOp::IsNaN)),
+    ("IsInf", |cx| {
+        let mut e = ew("IsInf", FLOATS, OutTy::Bool, |o, a, _| {
+            let x = a0(a);
+            let pos = Expr::Un(UnOp::IsPosInf, Box::new(x.clone()));
+            let neg = Expr::Un(UnOp::IsNegInf, Box::new(x));
+            match o.n {
+                3 => pos.or(neg),
+                2 => pos,
+                1 => neg,
+                _ => Expr::bool(false),
+            }
+        });
+        e.n = (cx.attrs.int("detect_positive", 1)? << 1) | cx.attrs.int("detect_negative", 1)?;
+        Ok(Arc::new(e))
+    }),
+    ("Reciprocal", |_| {
+        Ok(Arc::new(ew(
+            "Reciprocal",
+            FLOATS,
+            OutTy::Same,
+            |_, a, d| Expr::c(d, 1.0).div(a0(a)),
+        )))
+    }),
+    ("Relu", |_| {
+        Ok(Arc::new(ew("Relu", NUMERIC, OutTy::Same, |_, a, d| {
+            a0(a).max(Expr::c(d, 0.0))
+        })))
+    }),
+    ("LeakyRelu", |cx| {
+        activation(cx, "LeakyRelu", &[("alpha", 0.01)], |o, a, d| {
+            let x = a0(a);
+            Expr::select(x.clone().ge(o.c(d, 0.0)), x.clone(), x.mul(o.c(d, o.p[0])))
+        })
+    }),
+    ("PRelu", |_| {
+        let mut e = ew("PRelu", NUMERIC, OutTy::Same, |_, a, d| {
+            let x = a0(a);
+            Expr::select(x.clone().ge(Expr::c(d, 0.0)), x.clone(), x.mul(a1(a)))
+        });
+        e.same_types = true;
+        Ok(Arc::new(e))
+    }),
+    ("ThresholdedRelu", |cx| {
+        activation(cx, "ThresholdedRelu", &[("alpha", 1.0)], |o, a, d| {
+            let x = a0(a);
+            Expr::select(x.clone().gt(o.c(d, o.p[0])), x, o.c(d, 0.0))
+        })
+    }),
+    ("Sigmoid", |_| {
+        Ok(Arc::new(ew("Sigmoid", FLOATS, OutTy::Same, |_, a, d| {
+            sigmoid(a0(a), d)
+        })))
+    }),
+    ("HardSigmoid", |cx| {
+        activation(
+            cx,
+            "HardSigmoid",
+            &[("alpha", 0.2), ("beta", 0.5)],
+            |o, a, d| {
+                a0(a)
+                    .mul(o.c(d, o.p[0]))
+                    .add(o.c(d, o.p[1]))
+                    .max(o.c(d, 0.0))
+                    .min(o.c(d, 1.0))
+            },
+        )
+    }),
+    ("HardSwish", |_| {
+        Ok(Arc::new(ew("HardSwish", FLOATS, OutTy::Same, |_, a, d| {
+            let x = a0(a);
+            x.clone().mul(
+                x.mul(Expr::c(d, 1.0 / 6.0))
+                    .add(Expr::c(d, 0.5))
+                    .max(Expr::c(d, 0.0))
+                    .min(Expr::c(d, 1.0)),
+            )
+        })))
+    }),
+    ("Elu", |cx| {
+        activation(cx, "Elu", &[("alpha", 1.0)], |o, a, d| {
+            let x = a0(a);
+            Expr::select(
+                x.clone().ge(o.c(d, 0.0)),
+                x.clone(),
+                o.c(d, o.p[0]).mul(x.exp().sub(o.c(d, 1.0))),
+            )
+        })
+    }),
+    ("Selu", |cx| {
+        activation(
+            cx,
+            "Selu",
+            &[("alpha", 1.673_263_2), ("gamma", 1.050_701)],
+            |o, a, d| {
+                let x = a0(a);
+                let neg = o.c(d, o.p[0]).mul(x.clone().exp().sub(o.c(d, 1.0)));
+                o.c(d, o.p[1])
+                    .mul(Expr::select(x.clone().gt(o.c(d, 0.0)), x, neg))
+            },
+        )
+    }),
+    ("Celu", |cx| {
+        activation(cx, "Celu", &[("alpha", 1.0)], |o, a, d| {
+            let x = a0(a);
+            let al = o.c(d, o.p[0]);
+            let neg = al
+                .clone()
+                .mul(x.clone().div(al).exp().sub(o.c(d, 1.0)))
+                .min(o.c(d, 0.0));
+            x.max(o.c(d, 0.0)).add(neg)
+        })
+    }),
+    ("Softplus", |_| {
+        Ok(Arc::new(ew("Softplus", FLOATS, OutTy::Same, |_, a, d| {
+            softplus(a0(a), d)
+        })))
+    }),
+    ("Softsign", |_| {
+        Ok(Arc::new(ew("Softsign", FLOATS, OutTy::Same, |_, a, d| {
+            let x = a0(a);
+            x.clone().div(Expr::c(d, 1.0).add(x.abs()))
+        })))
+    }),
+    ("Mish", |_| {
+        Ok(Arc::new(ew("Mish", FLOATS, OutTy::Same, |_, a, d| {
+            let x = a0(a);
+            x.clone().mul(softplus(x, d).tanh())
+        })))
+    }),
+    ("Swish", |cx| {
+        activation(cx, "Swish", &[("alpha", 1.0)], |o, a, d| {
+            let x = a0(a);
+            x.clone().mul(sigmoid(x.mul(o.c(d, o.p[0])), d))
+        })
+    }),
+    ("Gelu", |cx| {
+        let approx = cx.attrs.string("approximate", "none")?;
+        let mut e = ew("Gelu", FLOATS, OutTy::Same, |o, a, d| {
+            let x = a0(a);
+            let h = Expr::c(d, 0.5);
+            if o.n == 1 {
+                let inner =
+                    Expr::c(d, (2.0f64 / std::f64::consts::PI).sqrt())
+                        .mul(x.clone().add(
+                            Expr::c(d, 0.044715).mul(x.clone().mul(x.clone()).mul(x.clone())),
+                        ));
+                h.mul(x).mul(Expr::c(d, 1.0).add(inner.tanh()))
+            } else {
+                h.mul(x.clone()).mul(
+                    Expr::c(d, 1.0).add(x.mul(Expr::c(d, std::f64::consts::FRAC_1_SQRT_2)).erf()),
+                )
+            }
+        });
+        e.n = match approx.as_str() {
+            "none" => 0,
+            "tanh" => 1,
+            other => {
+                return Err(OpError::expected(
+                    "approximate = \"none\" or \"tanh\"",
+                    other,
+                ))
+            }
+        };
+        Ok(Arc::new(e))
+    }),
+    ("Clip", |cx| {
+        let mut e = ew("Clip", NUMERIC, OutTy::Same, |o, a, d| {
+            let mut x = a0(a);
+            if o.p.len() == 2 {
+                x = x.max(Expr::c(d, o.p[0])).min(Expr::c(d, o.p[1]));
+            }
+            if let Some(lo) = a.get(1).cloned().flatten() {
+                x = x.max(lo);
+            }
+            if let Some(hi) = a.get(2).cloned().flatten() {
+                x = x.min(hi);
+            }
+            x
+        });
+        if cx.opset < 11 {
+            e.p = vec![
+                cx.attrs.float("min", f32::MIN)? as f64,
+                cx.attrs.float("max", f32::MAX)? as f64,
+            ];
+        }
+        Ok(Arc::new(e))
+    }),
+    ("Where", |_| {
+        let mut e = ew("Where", ALL, OutTy::Second, |_, a, _| {
+            Expr::select(a0(a), a1(a), a[2].clone().expect("input 2"))
+        });
+        e.same_types = true;
+        Ok(Arc::new(e))
+    }),
+    ("Cast", |cx| {
+        let to = cx.attrs.int("to", 0)? as i32;
+        let d = DType::from_onnx(to)
+            .ok_or_else(|| OpError::Unsupported(format!("Cast to {}", DType::onnx_name(to))))?;
+        Ok(Arc::new(ew("Cast", ALL, OutTy::To(d), |_, a, d| {
+            a0(a).cast(d)
+        })))
+    }),
+    ("CastLike", |_| {
+        let mut e = ew("CastLike", ALL, OutTy::Second, |_, a, d| a0(a).cast(d));
+        e.same_types = false;
+        Ok(Arc::new(e))
+    }),
+    ("Identity", |_| {
+        Ok(Arc::new(ew("Identity", ALL, OutTy::Same, |_, a, _| a0(a))))
+    }),
+];

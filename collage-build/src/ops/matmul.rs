@@ -1,0 +1,5 @@
+//! Operators of the `matmul` family.
+use super::Constructor;
+
+/// The registry of this family.
+pub const OPS: &[(&str, Constructor)] = &[];

@@ -1,0 +1,549 @@
+//! Expressions, stages and sources.
+use crate::ir::{strides, DType, TensorType};
+
+/// Where a load reads from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Src {
+    /// Input `i` of the operator being lowered.
+    Arg(u32),
+    /// Stage `j` of the operator being lowered.
+    Local(u32),
+    /// Buffer `k` of a whole [`super::Program`].
+    Buf(u32),
+}
+
+/// A typed scalar constant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// f32.
+    F32(f32),
+    /// f64.
+    F64(f64),
+    /// i32.
+    I32(i32),
+    /// i64.
+    I64(i64),
+    /// bool.
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The element type.
+    pub fn dtype(self) -> DType {
+        match self {
+            Scalar::F32(_) => DType::F32,
+            Scalar::F64(_) => DType::F64,
+            Scalar::I32(_) => DType::I32,
+            Scalar::I64(_) => DType::I64,
+            Scalar::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// `v` converted to `dtype` as a C cast would.
+    pub fn from_f64(dtype: DType, v: f64) -> Scalar {
+        match dtype {
+            DType::F32 => Scalar::F32(v as f32),
+            DType::F64 => Scalar::F64(v),
+            DType::I32 => Scalar::I32(v as i32),
+            DType::I64 => Scalar::I64(v as i64),
+            DType::Bool => Scalar::Bool(v != 0.0),
+        }
+    }
+
+    /// `v` converted to `dtype`.
+    pub fn from_i64(dtype: DType, v: i64) -> Scalar {
+        match dtype {
+            DType::I64 => Scalar::I64(v),
+            DType::I32 => Scalar::I32(v as i32),
+            _ => Scalar::from_f64(dtype, v as f64),
+        }
+    }
+
+    /// The value as f64.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::F32(v) => v as f64,
+            Scalar::F64(v) => v,
+            Scalar::I32(v) => v as f64,
+            Scalar::I64(v) => v as f64,
+            Scalar::Bool(v) => v as u8 as f64,
+        }
+    }
+
+    /// The value as i64 (floats truncated, saturating).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Scalar::I32(v) => v as i64,
+            Scalar::I64(v) => v,
+            Scalar::Bool(v) => v as i64,
+            f => f.as_f64() as i64,
+        }
+    }
+
+    /// True if zero (or false).
+    pub fn is_zero(self) -> bool {
+        self.as_f64() == 0.0
+    }
+}
+
+/// Unary operations.
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    Neg,
+    Abs,
+    Sqrt,
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Tanh,
+    Erf,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Not,
+    IsNaN,
+    IsPosInf,
+    IsNegInf,
+}
+
+impl UnOp {
+    /// True for operations that cost much more than an add (transcendentals).
+    pub fn is_expensive(self) -> bool {
+        !matches!(
+            self,
+            UnOp::Neg
+                | UnOp::Abs
+                | UnOp::Floor
+                | UnOp::Ceil
+                | UnOp::Round
+                | UnOp::Sign
+                | UnOp::Not
+                | UnOp::IsNaN
+                | UnOp::IsPosInf
+                | UnOp::IsNegInf
+        )
+    }
+}
+
+/// Binary operations. Comparisons yield `Bool`; the rest keep the operand type.
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    /// Remainder with the sign of the divisor (Python `%`).
+    Mod,
+    /// Remainder with the sign of the dividend (C `fmod` / `%`).
+    FMod,
+    And,
+    Or,
+    Xor,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinOp {
+    /// True for comparisons (result type `Bool`).
+    pub fn is_compare(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+}
+
+/// Reduction combiners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RedOp {
+    /// Sum, starting at 0.
+    Sum,
+    /// Product, starting at 1.
+    Prod,
+    /// Maximum, starting at the lowest value of the type.
+    Max,
+    /// Minimum, starting at the highest value of the type.
+    Min,
+}
+
+impl RedOp {
+    /// The identity element for `dtype`.
+    pub fn init(self, dtype: DType) -> Scalar {
+        match (self, dtype) {
+            (RedOp::Sum, d) => Scalar::from_f64(d, 0.0),
+            (RedOp::Prod, d) => Scalar::from_f64(d, 1.0),
+            (RedOp::Max, DType::F32) => Scalar::F32(f32::NEG_INFINITY),
+            (RedOp::Max, DType::F64) => Scalar::F64(f64::NEG_INFINITY),
+            (RedOp::Max, DType::I32) => Scalar::I32(i32::MIN),
+            (RedOp::Max, DType::I64) => Scalar::I64(i64::MIN),
+            (RedOp::Max, DType::Bool) => Scalar::Bool(false),
+            (RedOp::Min, DType::F32) => Scalar::F32(f32::INFINITY),
+            (RedOp::Min, DType::F64) => Scalar::F64(f64::INFINITY),
+            (RedOp::Min, DType::I32) => Scalar::I32(i32::MAX),
+            (RedOp::Min, DType::I64) => Scalar::I64(i64::MAX),
+            (RedOp::Min, DType::Bool) => Scalar::Bool(true),
+        }
+    }
+
+    /// The binary operation that combines the accumulator with a new value.
+    pub fn combine(self) -> BinOp {
+        match self {
+            RedOp::Sum => BinOp::Add,
+            RedOp::Prod => BinOp::Mul,
+            RedOp::Max => BinOp::Max,
+            RedOp::Min => BinOp::Min,
+        }
+    }
+}
+
+/// A scalar expression evaluated at one output element (and one reduction point).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// Output index variable `k` (type I64).
+    Var(u32),
+    /// Reduction variable `k` (type I64).
+    RVar(u32),
+    /// The reduction's accumulated value; only inside [`Reduce::finalize`].
+    Acc,
+    /// A constant.
+    Const(Scalar),
+    /// The element of a source at a multi-dimensional index (one I64 expression per dimension).
+    Load(Src, Vec<Expr>),
+    /// The element of a source at a flat row-major offset.
+    LoadFlat(Src, Box<Expr>),
+    /// A unary operation.
+    Un(UnOp, Box<Expr>),
+    /// A binary operation; both operands have the same type.
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// `cond ? a : b`.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// Conversion as a C cast (floats to integers truncate; to bool is `!= 0`).
+    Cast(DType, Box<Expr>),
+}
+
+/// A reduction: the stage body is combined over all points of `extents` (variables `RVar(k)`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reduce {
+    /// The combiner.
+    pub op: RedOp,
+    /// Extent of every reduction variable.
+    pub extents: Vec<usize>,
+    /// Applied to the accumulator ([`Expr::Acc`]) to produce the element; identity if `None`.
+    pub finalize: Option<Expr>,
+}
+
+/// One loop nest: defines every element of a tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    /// A name for generated code and messages.
+    pub name: String,
+    /// The output type.
+    pub ty: TensorType,
+    /// The value (or reduced value) at each element.
+    pub body: Expr,
+    /// The reduction, if any.
+    pub reduce: Option<Reduce>,
+}
+
+impl Stage {
+    /// The number of body evaluations: output elements times reduction points.
+    pub fn work(&self) -> usize {
+        self.ty.numel()
+            * self
+                .reduce
+                .as_ref()
+                .map_or(1, |r| r.extents.iter().product())
+    }
+}
+
+macro_rules! bin_methods {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`self ", stringify!($op), " o`")]
+            #[allow(clippy::should_implement_trait)]
+            pub fn $name(self, o: Expr) -> Expr { Expr::bin(BinOp::$op, self, o) }
+        )*
+    };
+}
+
+macro_rules! un_methods {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($op), "(self)`")]
+            #[allow(clippy::should_implement_trait)]
+            pub fn $name(self) -> Expr { Expr::Un(UnOp::$op, Box::new(self)) }
+        )*
+    };
+}
+
+impl Expr {
+    /// Output index variable `k`.
+    pub fn var(k: usize) -> Expr {
+        Expr::Var(k as u32)
+    }
+
+    /// Reduction variable `k`.
+    pub fn rvar(k: usize) -> Expr {
+        Expr::RVar(k as u32)
+    }
+
+    /// An I64 constant.
+    pub fn i(v: i64) -> Expr {
+        Expr::Const(Scalar::I64(v))
+    }
+
+    /// A constant of `dtype`.
+    pub fn c(dtype: DType, v: f64) -> Expr {
+        Expr::Const(Scalar::from_f64(dtype, v))
+    }
+
+    /// A bool constant.
+    pub fn bool(v: bool) -> Expr {
+        Expr::Const(Scalar::Bool(v))
+    }
+
+    /// `src[idx]`.
+    pub fn load(src: Src, idx: Vec<Expr>) -> Expr {
+        Expr::Load(src, idx)
+    }
+
+    /// `src[flat]`.
+    pub fn load_flat(src: Src, flat: Expr) -> Expr {
+        Expr::LoadFlat(src, Box::new(flat))
+    }
+
+    /// `cond ? a : b`.
+    pub fn select(cond: Expr, a: Expr, b: Expr) -> Expr {
+        match cond {
+            Expr::Const(c) => {
+                if c.is_zero() {
+                    b
+                } else {
+                    a
+                }
+            }
+            cond => Expr::Select(Box::new(cond), Box::new(a), Box::new(b)),
+        }
+    }
+
+    /// Conversion to `dtype`.
+    pub fn cast(self, dtype: DType) -> Expr {
+        match self {
+            Expr::Const(s) if s.dtype().is_int() || dtype.is_float() => {
+                Expr::Const(if dtype.is_int() {
+                    Scalar::from_i64(dtype, s.as_i64())
+                } else {
+                    Scalar::from_f64(dtype, s.as_f64())
+                })
+            }
+            Expr::Var(_) | Expr::RVar(_) if dtype == DType::I64 => self,
+            e => Expr::Cast(dtype, Box::new(e)),
+        }
+    }
+
+    /// A binary operation, folding integer constants and identities of index arithmetic.
+    pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        use Scalar::I64;
+        match (op, &a, &b) {
+            (BinOp::Add, Expr::Const(I64(x)), Expr::Const(I64(y))) => return Expr::i(x + y),
+            (BinOp::Sub, Expr::Const(I64(x)), Expr::Const(I64(y))) => return Expr::i(x - y),
+            (BinOp::Mul, Expr::Const(I64(x)), Expr::Const(I64(y))) => return Expr::i(x * y),
+            (BinOp::Div, Expr::Const(I64(x)), Expr::Const(I64(y))) if *y != 0 => {
+                return Expr::i(x / y)
+            }
+            (BinOp::Add | BinOp::Sub, _, Expr::Const(I64(0))) => return a,
+            (BinOp::Add, Expr::Const(I64(0)), _) => return b,
+            (BinOp::Mul, _, Expr::Const(I64(1))) | (BinOp::Div, _, Expr::Const(I64(1))) => {
+                return a
+            }
+            (BinOp::Mul, Expr::Const(I64(1)), _) => return b,
+            (BinOp::Mul, _, Expr::Const(I64(0))) | (BinOp::Mul, Expr::Const(I64(0)), _) => {
+                return Expr::i(0)
+            }
+            (BinOp::FMod, _, Expr::Const(I64(1))) => return Expr::i(0),
+            _ => {}
+        }
+        Expr::Bin(op, Box::new(a), Box::new(b))
+    }
+
+    bin_methods! {
+        add => Add, sub => Sub, mul => Mul, div => Div, pow => Pow, max => Max, min => Min,
+        modulo => Mod, fmod => FMod, and => And, or => Or, xor => Xor,
+        eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge,
+    }
+
+    un_methods! {
+        neg => Neg, abs => Abs, sqrt => Sqrt, exp => Exp, log => Log, sin => Sin, cos => Cos,
+        tan => Tan, asin => Asin, acos => Acos, atan => Atan, sinh => Sinh, cosh => Cosh,
+        asinh => Asinh, acosh => Acosh, atanh => Atanh, tanh => Tanh, erf => Erf, floor => Floor,
+        ceil => Ceil, round => Round, sign => Sign, not => Not, is_nan => IsNaN,
+    }
+
+    /// The element type, given the types of sources and (for `Acc`) the accumulator.
+    pub fn dtype(&self, src: &dyn Fn(Src) -> DType, acc: DType) -> DType {
+        match self {
+            Expr::Var(_) | Expr::RVar(_) => DType::I64,
+            Expr::Acc => acc,
+            Expr::Const(s) => s.dtype(),
+            Expr::Load(s, _) | Expr::LoadFlat(s, _) => src(*s),
+            Expr::Un(UnOp::Not | UnOp::IsNaN | UnOp::IsPosInf | UnOp::IsNegInf, _) => DType::Bool,
+            Expr::Un(_, a) => a.dtype(src, acc),
+            Expr::Bin(op, a, _) => {
+                if op.is_compare() {
+                    DType::Bool
+                } else {
+                    a.dtype(src, acc)
+                }
+            }
+            Expr::Select(_, a, _) => a.dtype(src, acc),
+            Expr::Cast(d, _) => *d,
+        }
+    }
+
+    /// Calls `f` on every node, parents before children.
+    pub fn visit(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Load(_, idx) => idx.iter().for_each(|e| e.visit(f)),
+            Expr::LoadFlat(_, e) | Expr::Un(_, e) | Expr::Cast(_, e) => e.visit(f),
+            Expr::Bin(_, a, b) => {
+                a.visit(f);
+                b.visit(f);
+            }
+            Expr::Select(c, a, b) => {
+                c.visit(f);
+                a.visit(f);
+                b.visit(f);
+            }
+            _ => {}
+        }
+    }
+
+    /// Rebuilds the expression bottom-up, replacing each node by `f(node)` when it returns `Some`.
+    /// Children are rewritten first.
+    pub fn rewrite(&self, f: &mut dyn FnMut(&Expr) -> Option<Expr>) -> Expr {
+        let e = match self {
+            Expr::Load(s, idx) => Expr::Load(*s, idx.iter().map(|e| e.rewrite(f)).collect()),
+            Expr::LoadFlat(s, e) => Expr::LoadFlat(*s, Box::new(e.rewrite(f))),
+            Expr::Un(op, e) => Expr::Un(*op, Box::new(e.rewrite(f))),
+            Expr::Cast(d, e) => e.rewrite(f).cast(*d),
+            Expr::Bin(op, a, b) => Expr::bin(*op, a.rewrite(f), b.rewrite(f)),
+            Expr::Select(c, a, b) => Expr::select(c.rewrite(f), a.rewrite(f), b.rewrite(f)),
+            e => e.clone(),
+        };
+        f(&e).unwrap_or(e)
+    }
+
+    /// Replaces `Var(k)` by `vars[k]`.
+    pub fn subst_vars(&self, vars: &[Expr]) -> Expr {
+        self.rewrite(&mut |e| match e {
+            Expr::Var(k) => Some(vars[*k as usize].clone()),
+            _ => None,
+        })
+    }
+
+    /// Replaces every source by `f(src)`.
+    pub fn map_src(&self, f: &dyn Fn(Src) -> Src) -> Expr {
+        self.rewrite(&mut |e| match e {
+            Expr::Load(s, idx) => Some(Expr::Load(f(*s), idx.clone())),
+            Expr::LoadFlat(s, i) => Some(Expr::LoadFlat(f(*s), i.clone())),
+            _ => None,
+        })
+    }
+
+    /// Number of nodes, and number of expensive (transcendental or division) nodes.
+    pub fn cost(&self) -> (usize, usize) {
+        let (mut n, mut hard) = (0, 0);
+        self.visit(&mut |e| {
+            n += 1;
+            match e {
+                Expr::Un(op, _) if op.is_expensive() => hard += 1,
+                Expr::Bin(BinOp::Pow, ..) => hard += 1,
+                _ => {}
+            }
+        });
+        (n, hard)
+    }
+
+    /// Every source this expression reads.
+    pub fn sources(&self) -> Vec<Src> {
+        let mut v = Vec::new();
+        self.visit(&mut |e| {
+            if let Expr::Load(s, _) | Expr::LoadFlat(s, _) = e {
+                v.push(*s);
+            }
+        });
+        v
+    }
+
+    /// The flat row-major offset of `idx` in `shape`.
+    pub fn flatten(idx: &[Expr], shape: &[usize]) -> Expr {
+        let st = strides(shape);
+        let mut acc = Expr::i(0);
+        for (k, e) in idx.iter().enumerate() {
+            if shape[k] == 1 {
+                continue;
+            }
+            acc = acc.add(e.clone().mul(Expr::i(st[k] as i64)));
+        }
+        acc
+    }
+
+    /// The multi-dimensional index of flat offset `flat` in `shape`.
+    pub fn unflatten(flat: &Expr, shape: &[usize]) -> Vec<Expr> {
+        let st = strides(shape);
+        shape
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| {
+                if d == 1 {
+                    Expr::i(0)
+                } else {
+                    let q = flat.clone().div(Expr::i(st[k] as i64));
+                    if k == 0 {
+                        q
+                    } else {
+                        q.fmod(Expr::i(d as i64))
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// The index into a tensor of shape `in_shape` that numpy-style broadcasting reads for output
+/// element `Var(0..)` of an output of shape `out_shape`.
+pub fn bcast_index(out_shape: &[usize], in_shape: &[usize]) -> Vec<Expr> {
+    let off = out_shape.len() - in_shape.len();
+    in_shape
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| {
+            if d == 1 && out_shape[k + off] != 1 {
+                Expr::i(0)
+            } else {
+                Expr::var(k + off)
+            }
+        })
+        .collect()
+}

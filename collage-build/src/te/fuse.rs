@@ -1,0 +1,162 @@
+//! Fusion on tensor expressions: injective producers are inlined into their readers, and
+//! elementwise consumers of a reduction become its epilogue (`finalize`).
+use super::{BufKind, Expr, Program, Src, Stage};
+
+/// Largest producer body (in expression nodes) inlined into a reduction's inner loop.
+const CHEAP_NODES: usize = 48;
+
+fn is_trivial(st: &Stage) -> bool {
+    st.reduce.is_none()
+        && matches!(
+            st.body,
+            Expr::Load(..) | Expr::LoadFlat(..) | Expr::Const(_)
+        )
+        && st.body.cost().1 == 0
+}
+
+fn is_cheap(st: &Stage) -> bool {
+    let (n, hard) = st.body.cost();
+    hard == 0 && n <= CHEAP_NODES
+}
+
+fn count_loads(e: &Expr, b: u32) -> usize {
+    let mut n = 0;
+    e.visit(&mut |x| {
+        if let Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _) = x {
+            if *k == b {
+                n += 1;
+            }
+        }
+    });
+    n
+}
+
+/// Fuses `p` in place. Buffers that no stage reads any more and that are not outputs become
+/// [`BufKind::Dead`].
+pub fn fuse(p: &mut Program) {
+    inline_injective(p);
+    mark_dead(p);
+    fuse_epilogues(p);
+    mark_dead(p);
+}
+
+fn inline_injective(p: &mut Program) {
+    let readers = p.readers();
+    for c in 0..p.bufs.len() {
+        let BufKind::Stage(cst) = &p.bufs[c].kind else {
+            continue;
+        };
+        let c_reduces = cst.reduce.is_some();
+        let can_inline = |k: u32, e: &Expr| -> bool {
+            let Some(pst) = p.stage(k) else { return false };
+            if pst.reduce.is_some() {
+                return false;
+            }
+            if is_trivial(pst) {
+                return true;
+            }
+            let single_reader = readers[k as usize].len() == 1;
+            let cheap = is_cheap(pst);
+            single_reader && (cheap || (!c_reduces && count_loads(e, k) == 1))
+        };
+        let rewrite = |e: &Expr| -> Expr {
+            e.rewrite(&mut |x| match x {
+                Expr::Load(Src::Buf(k), idx) if can_inline(*k, e) => {
+                    Some(p.stage(*k).unwrap().body.subst_vars(idx))
+                }
+                Expr::LoadFlat(Src::Buf(k), f) if can_inline(*k, e) => {
+                    let pst = p.stage(*k).unwrap();
+                    Some(pst.body.subst_vars(&Expr::unflatten(f, &pst.ty.shape)))
+                }
+                _ => None,
+            })
+        };
+        let body = rewrite(&cst.body);
+        let fin = cst
+            .reduce
+            .as_ref()
+            .and_then(|r| r.finalize.as_ref())
+            .map(rewrite);
+        if let BufKind::Stage(cst) = &mut p.bufs[c].kind {
+            cst.body = body;
+            if let Some(r) = cst.reduce.as_mut() {
+                r.finalize = fin;
+            }
+        }
+    }
+}
+
+fn is_identity_load(idx: &[Expr]) -> bool {
+    idx.iter().enumerate().all(|(k, e)| *e == Expr::var(k))
+}
+
+fn fuse_epilogues(p: &mut Program) {
+    let mut readers = p.readers();
+    for c in 0..p.bufs.len() {
+        let BufKind::Stage(cst) = &p.bufs[c].kind else {
+            continue;
+        };
+        if cst.reduce.is_some() {
+            continue;
+        }
+        let mut candidates = cst.body.sources();
+        candidates.sort();
+        candidates.dedup();
+        for s in candidates {
+            let Src::Buf(k) = s else { continue };
+            let Some(pst) = p.stage(k) else { continue };
+            let Some(red) = &pst.reduce else { continue };
+            let BufKind::Stage(cst) = &p.bufs[c].kind else {
+                unreachable!()
+            };
+            if readers[k as usize] != [c as u32]
+                || p.outputs.contains(&k)
+                || pst.ty.shape != cst.ty.shape
+                || pst.ty.dtype != cst.ty.dtype
+            {
+                continue;
+            }
+            let mut ok = true;
+            cst.body.visit(&mut |x| match x {
+                Expr::Load(Src::Buf(b), idx) if *b == k => ok &= is_identity_load(idx),
+                Expr::LoadFlat(Src::Buf(b), _) if *b == k => ok = false,
+                _ => {}
+            });
+            if !ok {
+                continue;
+            }
+            let prev = red.finalize.clone().unwrap_or(Expr::Acc);
+            let fin = cst.body.rewrite(&mut |x| match x {
+                Expr::Load(Src::Buf(b), _) if *b == k => Some(prev.clone()),
+                _ => None,
+            });
+            let mut fused = pst.clone();
+            fused.name = cst.name.clone();
+            fused.ty = cst.ty.clone();
+            fused.reduce.as_mut().unwrap().finalize = Some(fin);
+            p.bufs[c].kind = BufKind::Stage(fused);
+            p.bufs[k as usize].kind = BufKind::Dead;
+            readers = p.readers();
+            break;
+        }
+    }
+}
+
+fn mark_dead(p: &mut Program) {
+    loop {
+        let readers = p.readers();
+        let mut changed = false;
+        for (i, b) in p.bufs.iter_mut().enumerate() {
+            if matches!(b.kind, BufKind::Stage(_) | BufKind::Const(_))
+                && readers[i].is_empty()
+                && !p.outputs.contains(&(i as u32))
+            {
+                b.kind = BufKind::Dead;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+}

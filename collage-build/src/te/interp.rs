@@ -1,0 +1,365 @@
+//! A reference interpreter for stages: constant folding and checks of the code generator.
+use super::{BinOp, Expr, RedOp, Scalar, Src, Stage, UnOp};
+use crate::ir::{strides, DType, Tensor};
+
+/// Evaluates stages over tensors that sources resolve to.
+pub struct Evaluator<'a> {
+    /// Resolves a source to its tensor.
+    pub src: &'a dyn Fn(Src) -> &'a Tensor,
+}
+
+fn load(t: &Tensor, flat: i64) -> Scalar {
+    let i = flat as usize;
+    if flat < 0 || i >= t.numel() {
+        // Out-of-range reads are a compiler bug or invalid data (e.g. a Gather index out of range);
+        // yield zero rather than reading past the buffer, as the generated code clamps too.
+        return Scalar::from_f64(t.ty.dtype, 0.0);
+    }
+    match t.ty.dtype {
+        DType::F32 => Scalar::F32(t.get_f64(i) as f32),
+        DType::F64 => Scalar::F64(t.get_f64(i)),
+        DType::I32 => Scalar::I32(t.get_i64(i) as i32),
+        DType::I64 => Scalar::I64(t.get_i64(i)),
+        DType::Bool => Scalar::Bool(t.data[i] != 0),
+    }
+}
+
+fn store(t: &mut Tensor, i: usize, v: Scalar) {
+    match v {
+        Scalar::I64(x) => t.set_i64(i, x),
+        Scalar::I32(x) => t.set_i64(i, x as i64),
+        other => t.set_f64(i, other.as_f64()),
+    }
+}
+
+fn un_f64(op: UnOp, x: f64) -> f64 {
+    match op {
+        UnOp::Neg => -x,
+        UnOp::Abs => x.abs(),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::Exp => x.exp(),
+        UnOp::Log => x.ln(),
+        UnOp::Sin => x.sin(),
+        UnOp::Cos => x.cos(),
+        UnOp::Tan => x.tan(),
+        UnOp::Asin => x.asin(),
+        UnOp::Acos => x.acos(),
+        UnOp::Atan => x.atan(),
+        UnOp::Sinh => x.sinh(),
+        UnOp::Cosh => x.cosh(),
+        UnOp::Asinh => x.asinh(),
+        UnOp::Acosh => x.acosh(),
+        UnOp::Atanh => x.atanh(),
+        UnOp::Tanh => x.tanh(),
+        UnOp::Erf => libm::erf(x),
+        UnOp::Floor => x.floor(),
+        UnOp::Ceil => x.ceil(),
+        UnOp::Round => x.round_ties_even(),
+        UnOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        UnOp::Not | UnOp::IsNaN | UnOp::IsPosInf | UnOp::IsNegInf => unreachable!(),
+    }
+}
+
+fn un(op: UnOp, a: Scalar) -> Scalar {
+    match op {
+        UnOp::Not => return Scalar::Bool(a.is_zero()),
+        UnOp::IsNaN => return Scalar::Bool(a.as_f64().is_nan()),
+        UnOp::IsPosInf => return Scalar::Bool(a.as_f64() == f64::INFINITY),
+        UnOp::IsNegInf => return Scalar::Bool(a.as_f64() == f64::NEG_INFINITY),
+        _ => {}
+    }
+    match a {
+        Scalar::F32(x) => Scalar::F32(un_f64(op, x as f64) as f32),
+        Scalar::F64(x) => Scalar::F64(un_f64(op, x)),
+        Scalar::I64(x) => Scalar::I64(un_i64(op, x)),
+        Scalar::I32(x) => Scalar::I32(un_i64(op, x as i64) as i32),
+        Scalar::Bool(x) => Scalar::Bool(un_i64(op, x as i64) != 0),
+    }
+}
+
+fn un_i64(op: UnOp, x: i64) -> i64 {
+    match op {
+        UnOp::Neg => x.wrapping_neg(),
+        UnOp::Abs => x.wrapping_abs(),
+        UnOp::Sign => x.signum(),
+        UnOp::Floor | UnOp::Ceil | UnOp::Round => x,
+        other => un_f64(other, x as f64) as i64,
+    }
+}
+
+fn bin_f64(op: BinOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+        BinOp::Pow => a.powf(b),
+        BinOp::Max => {
+            if a >= b || a.is_nan() {
+                a
+            } else {
+                b
+            }
+        }
+        BinOp::Min => {
+            if a <= b || a.is_nan() {
+                a
+            } else {
+                b
+            }
+        }
+        BinOp::Mod => {
+            let r = a % b;
+            if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                r + b
+            } else {
+                r
+            }
+        }
+        BinOp::FMod => a % b,
+        _ => unreachable!(),
+    }
+}
+
+fn bin_i64(op: BinOp, a: i64, b: i64) -> i64 {
+    match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::Div => {
+            if b == 0 {
+                0
+            } else {
+                a.wrapping_div(b)
+            }
+        }
+        BinOp::Pow => {
+            if b < 0 {
+                (a as f64).powf(b as f64) as i64
+            } else {
+                a.wrapping_pow(b.min(u32::MAX as i64) as u32)
+            }
+        }
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Mod => {
+            if b == 0 {
+                0
+            } else {
+                let r = a.wrapping_rem(b);
+                if r != 0 && ((r < 0) != (b < 0)) {
+                    r + b
+                } else {
+                    r
+                }
+            }
+        }
+        BinOp::FMod => {
+            if b == 0 {
+                0
+            } else {
+                a.wrapping_rem(b)
+            }
+        }
+        BinOp::And => ((a != 0) && (b != 0)) as i64,
+        BinOp::Or => ((a != 0) || (b != 0)) as i64,
+        BinOp::Xor => ((a != 0) ^ (b != 0)) as i64,
+        _ => unreachable!(),
+    }
+}
+
+fn bin(op: BinOp, a: Scalar, b: Scalar) -> Scalar {
+    if op.is_compare() {
+        let (x, y) = (a, b);
+        let r = match (x, y) {
+            (Scalar::I64(x), Scalar::I64(y)) => cmp(op, x.partial_cmp(&y)),
+            (Scalar::I32(x), Scalar::I32(y)) => cmp(op, x.partial_cmp(&y)),
+            _ => cmp(op, x.as_f64().partial_cmp(&y.as_f64())),
+        };
+        return Scalar::Bool(r);
+    }
+    match a {
+        Scalar::F32(x) => {
+            let y = b.as_f64() as f32;
+            let r = match op {
+                BinOp::Add => x + y,
+                BinOp::Sub => x - y,
+                BinOp::Mul => x * y,
+                BinOp::Div => x / y,
+                BinOp::FMod => x % y,
+                _ => bin_f64(op, x as f64, y as f64) as f32,
+            };
+            Scalar::F32(r)
+        }
+        Scalar::F64(x) => Scalar::F64(bin_f64(op, x, b.as_f64())),
+        Scalar::I64(x) => Scalar::I64(bin_i64(op, x, b.as_i64())),
+        Scalar::I32(x) => Scalar::I32(i32_op(op, x, b.as_i64() as i32)),
+        Scalar::Bool(x) => Scalar::Bool(bin_i64(op, x as i64, b.as_i64()) != 0),
+    }
+}
+
+fn i32_op(op: BinOp, a: i32, b: i32) -> i32 {
+    match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        _ => bin_i64(op, a as i64, b as i64) as i32,
+    }
+}
+
+fn cmp(op: BinOp, o: Option<std::cmp::Ordering>) -> bool {
+    use std::cmp::Ordering::*;
+    match (op, o) {
+        (BinOp::Ne, None) => true,
+        (_, None) => false,
+        (BinOp::Eq, Some(o)) => o == Equal,
+        (BinOp::Ne, Some(o)) => o != Equal,
+        (BinOp::Lt, Some(o)) => o == Less,
+        (BinOp::Le, Some(o)) => o != Greater,
+        (BinOp::Gt, Some(o)) => o == Greater,
+        (BinOp::Ge, Some(o)) => o != Less,
+        _ => unreachable!(),
+    }
+}
+
+fn cast(d: DType, v: Scalar) -> Scalar {
+    match d {
+        DType::Bool => Scalar::Bool(!v.is_zero()),
+        DType::I64 | DType::I32 => match v {
+            Scalar::F32(_) | Scalar::F64(_) => {
+                let x = v.as_f64();
+                // Out-of-range and NaN conversions are undefined in C; pin them as x86 does.
+                let i = if x.is_nan() || x >= 9.2e18 || x <= -9.3e18 {
+                    i64::MIN
+                } else {
+                    x as i64
+                };
+                Scalar::from_i64(d, i)
+            }
+            _ => Scalar::from_i64(d, v.as_i64()),
+        },
+        _ => match v {
+            Scalar::I64(x) => Scalar::from_f64(d, x as f64),
+            _ => Scalar::from_f64(d, v.as_f64()),
+        },
+    }
+}
+
+impl Evaluator<'_> {
+    fn eval(&self, e: &Expr, vars: &[i64], rvars: &[i64], acc: Option<Scalar>) -> Scalar {
+        match e {
+            Expr::Var(k) => Scalar::I64(vars[*k as usize]),
+            Expr::RVar(k) => Scalar::I64(rvars[*k as usize]),
+            Expr::Acc => acc.expect("Acc outside finalize"),
+            Expr::Const(s) => *s,
+            Expr::Load(s, idx) => {
+                let t = (self.src)(*s);
+                let st = strides(&t.ty.shape);
+                let mut flat = 0i64;
+                for (k, ie) in idx.iter().enumerate() {
+                    let i = self.eval(ie, vars, rvars, acc).as_i64();
+                    if i < 0 || i as usize >= t.ty.shape[k] {
+                        return Scalar::from_f64(t.ty.dtype, 0.0);
+                    }
+                    flat += i * st[k] as i64;
+                }
+                load(t, flat)
+            }
+            Expr::LoadFlat(s, f) => load((self.src)(*s), self.eval(f, vars, rvars, acc).as_i64()),
+            Expr::Un(op, a) => un(*op, self.eval(a, vars, rvars, acc)),
+            Expr::Bin(op, a, b) => bin(
+                *op,
+                self.eval(a, vars, rvars, acc),
+                self.eval(b, vars, rvars, acc),
+            ),
+            Expr::Select(c, a, b) => {
+                if !self.eval(c, vars, rvars, acc).is_zero() {
+                    self.eval(a, vars, rvars, acc)
+                } else {
+                    self.eval(b, vars, rvars, acc)
+                }
+            }
+            Expr::Cast(d, a) => cast(*d, self.eval(a, vars, rvars, acc)),
+        }
+    }
+
+    /// Computes every element of `stage`.
+    pub fn stage(&self, stage: &Stage) -> Tensor {
+        let mut out = Tensor::zeros(stage.ty.clone());
+        let shape = &stage.ty.shape;
+        let n = stage.ty.numel();
+        let mut idx = vec![0i64; shape.len()];
+        for flat in 0..n {
+            let mut rem = flat;
+            for k in (0..shape.len()).rev() {
+                idx[k] = (rem % shape[k]) as i64;
+                rem /= shape[k];
+            }
+            let v = match &stage.reduce {
+                None => self.eval(&stage.body, &idx, &[], None),
+                Some(r) => {
+                    let mut acc = r.op.init(stage.ty.dtype);
+                    let total: usize = r.extents.iter().product();
+                    let mut ridx = vec![0i64; r.extents.len()];
+                    for rf in 0..total {
+                        let mut rem = rf;
+                        for k in (0..r.extents.len()).rev() {
+                            ridx[k] = (rem % r.extents[k]) as i64;
+                            rem /= r.extents[k];
+                        }
+                        let x = self.eval(&stage.body, &idx, &ridx, None);
+                        acc = combine(r.op, acc, x);
+                    }
+                    match &r.finalize {
+                        Some(f) => self.eval(f, &idx, &[], Some(acc)),
+                        None => acc,
+                    }
+                }
+            };
+            store(&mut out, flat, cast(stage.ty.dtype, v));
+        }
+        out
+    }
+}
+
+fn combine(op: RedOp, acc: Scalar, x: Scalar) -> Scalar {
+    match op {
+        // Max/Min propagate NaN like the generated code.
+        RedOp::Max | RedOp::Min if x.as_f64().is_nan() => x,
+        _ => bin(op.combine(), acc, x),
+    }
+}
+
+/// Evaluates an operator's local stages given its argument tensors; returns the tensors of `outs`.
+pub fn eval_stages(stages: &[Stage], args: &[Option<&Tensor>], outs: &[Src]) -> Vec<Tensor> {
+    let mut done: Vec<Tensor> = Vec::with_capacity(stages.len());
+    for st in stages {
+        let t = {
+            let done_ref = &done;
+            let resolve = |s: Src| -> &Tensor {
+                match s {
+                    Src::Arg(i) => args[i as usize].expect("argument present"),
+                    Src::Local(j) => &done_ref[j as usize],
+                    Src::Buf(_) => panic!("global source in local stages"),
+                }
+            };
+            Evaluator { src: &resolve }.stage(st)
+        };
+        done.push(t);
+    }
+    outs.iter()
+        .map(|s| match s {
+            Src::Arg(i) => args[*i as usize].expect("argument present").clone(),
+            Src::Local(j) => done[*j as usize].clone(),
+            Src::Buf(_) => panic!("global source in local stages"),
+        })
+        .collect()
+}

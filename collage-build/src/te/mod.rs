@@ -1,0 +1,15 @@
+//! Tensor expressions: the compute definition of every operator.
+//!
+//! An operator lowers to one or more [`Stage`]s. A stage defines every element of its output as an
+//! [`Expr`] over the output index variables (`Var(k)`), optionally reduced over reduction variables
+//! (`RVar(k)`), reading its inputs through [`Expr::Load`]. The one description drives the C code
+//! generator, the constant folder (an interpreter), and fusion (inlining and epilogues).
+mod expr;
+mod fuse;
+mod interp;
+mod program;
+
+pub use expr::{bcast_index, BinOp, Expr, RedOp, Reduce, Scalar, Src, Stage, UnOp};
+pub use fuse::fuse;
+pub use interp::{eval_stages, Evaluator};
+pub use program::{BufId, BufKind, Buffer, Program};

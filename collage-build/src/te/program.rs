@@ -1,0 +1,98 @@
+//! A whole model as buffers: run-time inputs, constants, and stages in topological order.
+use std::sync::Arc;
+
+use super::{Src, Stage};
+use crate::ir::{DType, Tensor, TensorType};
+
+/// Index of a buffer in a [`Program`] (`Src::Buf`).
+pub type BufId = u32;
+
+/// What a buffer holds.
+#[derive(Clone, Debug)]
+pub enum BufKind {
+    /// Run-time input `i` of the model.
+    Input(usize),
+    /// A compile-time constant (embedded weight).
+    Const(Arc<Tensor>),
+    /// Computed by a stage.
+    Stage(Stage),
+    /// Removed by fusion; nothing reads it any more.
+    Dead,
+}
+
+/// A buffer of a [`Program`].
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    /// The value's name, for messages and comments.
+    pub name: String,
+    /// Its type.
+    pub ty: TensorType,
+    /// Its contents.
+    pub kind: BufKind,
+}
+
+/// The lowered model: every buffer, its inputs and outputs. Stage buffers only read buffers with a
+/// lower index.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    /// All buffers.
+    pub bufs: Vec<Buffer>,
+    /// The buffers of the model's inputs, in signature order.
+    pub inputs: Vec<BufId>,
+    /// The buffers of the model's outputs, in signature order.
+    pub outputs: Vec<BufId>,
+    /// The names of the model's inputs and outputs.
+    pub input_names: Vec<String>,
+    /// The names of the model's outputs.
+    pub output_names: Vec<String>,
+}
+
+impl Program {
+    /// Adds a buffer.
+    pub fn push(&mut self, name: impl Into<String>, ty: TensorType, kind: BufKind) -> BufId {
+        self.bufs.push(Buffer {
+            name: name.into(),
+            ty,
+            kind,
+        });
+        self.bufs.len() as BufId - 1
+    }
+
+    /// The element type of a source (which must be `Src::Buf`).
+    pub fn dtype(&self, s: Src) -> DType {
+        match s {
+            Src::Buf(b) => self.bufs[b as usize].ty.dtype,
+            other => panic!("unresolved source {other:?} in a program"),
+        }
+    }
+
+    /// The stage of a buffer, if it is computed.
+    pub fn stage(&self, b: BufId) -> Option<&Stage> {
+        match &self.bufs[b as usize].kind {
+            BufKind::Stage(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// For every buffer, the stage buffers that read it.
+    pub fn readers(&self) -> Vec<Vec<BufId>> {
+        let mut r = vec![Vec::new(); self.bufs.len()];
+        for (i, b) in self.bufs.iter().enumerate() {
+            if let BufKind::Stage(st) = &b.kind {
+                let mut srcs = st.body.sources();
+                if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+                    srcs.extend(f.sources());
+                }
+                for s in srcs {
+                    if let Src::Buf(k) = s {
+                        let v: &mut Vec<BufId> = &mut r[k as usize];
+                        if v.last() != Some(&(i as BufId)) {
+                            v.push(i as BufId);
+                        }
+                    }
+                }
+            }
+        }
+        r
+    }
+}

@@ -1,0 +1,399 @@
+//! The work behind the CLI: running models on `.pb` data, the conformance runner, the benchmark.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use collage_runtime::Executor;
+use prost::Message;
+
+use crate::error::{io_err, Error, OpError, Result};
+use crate::frontend::onnx::{self, proto::TensorProto, tensor_from_proto, tensor_to_proto};
+use crate::ir::{DType, Graph, Tensor};
+use crate::native::NativeModel;
+
+/// Reads an ONNX `TensorProto` file.
+pub fn read_pb(path: &Path) -> Result<Tensor> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let t = TensorProto::decode(bytes.as_slice()).map_err(|e| Error::Decode {
+        path: path.into(),
+        detail: e.to_string(),
+    })?;
+    tensor_from_proto(&t, path.parent().unwrap_or(Path::new("."))).map_err(|detail| Error::Decode {
+        path: path.into(),
+        detail,
+    })
+}
+
+/// Writes an ONNX `TensorProto` file.
+pub fn write_pb(path: &Path, t: &Tensor, name: &str) -> Result<()> {
+    std::fs::write(path, tensor_to_proto(t, name).encode_to_vec()).map_err(io_err(path))
+}
+
+/// A C-identifier-safe symbol for a name.
+pub fn sanitize(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, 'm');
+    }
+    s
+}
+
+/// Replaces graph input `name` by the constant `t` (to specialise value-dependent shapes).
+pub fn bind_input(g: &mut Graph, name: &str, t: Tensor) -> Result<()> {
+    let pos = g
+        .inputs
+        .iter()
+        .position(|&v| g.value(v).name == name)
+        .ok_or_else(|| Error::Data {
+            name: name.into(),
+            detail: "no such graph input".into(),
+        })?;
+    let v = g.inputs.remove(pos);
+    let vd = g.value_mut(v);
+    if vd.ty.as_ref() != Some(&t.ty) {
+        return Err(Error::Data {
+            name: name.into(),
+            detail: format!(
+                "expected {}, got {}",
+                vd.ty.as_ref().map(|t| t.to_string()).unwrap_or_default(),
+                t.ty
+            ),
+        });
+    }
+    vd.konst = Some(std::sync::Arc::new(t));
+    Ok(())
+}
+
+/// A compiled model plus which of its original inputs were bound to constants.
+pub struct Loaded {
+    /// The loaded model.
+    pub model: NativeModel,
+    /// Original input positions still taken at run time.
+    pub runtime_inputs: Vec<usize>,
+    /// Names of inputs bound to the given data because shapes depend on their values.
+    pub bound: Vec<String>,
+}
+
+/// Compiles `model` for running here. If a shape depends on the value of a graph input and `data`
+/// has a value for it, the input is bound to that value (Collage compiles static shapes) and the
+/// compile is retried.
+pub fn load_model(model: &Path, data: Option<&[Tensor]>, work: &Path, opt: &str) -> Result<Loaded> {
+    let g0 = onnx::load(model)?;
+    let names: Vec<String> = g0
+        .inputs
+        .iter()
+        .map(|&v| g0.value(v).name.clone())
+        .collect();
+    let mut bound: Vec<String> = Vec::new();
+    loop {
+        let mut g = g0.clone();
+        for b in &bound {
+            let i = names.iter().position(|n| n == b).unwrap();
+            bind_input(&mut g, b, data.unwrap()[i].clone())?;
+        }
+        let symbol = sanitize(
+            model
+                .file_stem()
+                .map(|s| s.to_string_lossy())
+                .as_deref()
+                .unwrap_or("model"),
+        );
+        match crate::compile_graph(g, &symbol) {
+            Ok(c) => {
+                let runtime_inputs = (0..names.len())
+                    .filter(|i| !bound.contains(&names[*i]))
+                    .collect();
+                let model = NativeModel::build(&c, work, opt)?;
+                return Ok(Loaded {
+                    model,
+                    runtime_inputs,
+                    bound,
+                });
+            }
+            Err(Error::Node {
+                error: OpError::NeedsConstant { graph_inputs, .. },
+                ..
+            }) if data.is_some()
+                && !graph_inputs.is_empty()
+                && graph_inputs
+                    .iter()
+                    .all(|n| names.contains(n) && !bound.contains(n)) =>
+            {
+                bound.extend(graph_inputs);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The largest difference between `got` and `want`, and whether it is within the tolerance
+/// (float: |got - want| <= 1e-4 + 1e-3 |want|, NaN equals NaN; integers and bools exact).
+pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64) {
+    if got.ty.shape != want.ty.shape || got.ty.dtype != want.ty.dtype {
+        return (false, f64::INFINITY);
+    }
+    let mut ok = true;
+    let mut max_err = 0.0f64;
+    for i in 0..got.numel() {
+        if want.ty.dtype.is_float() {
+            let (g, w) = (got.get_f64(i), want.get_f64(i));
+            if g.is_nan() && w.is_nan() || g == w {
+                continue;
+            }
+            let err = (g - w).abs();
+            max_err = max_err.max(if err.is_nan() { f64::INFINITY } else { err });
+            if !(err <= 1e-4 + 1e-3 * w.abs()) {
+                ok = false;
+            }
+        } else if got.get_i64(i) != want.get_i64(i) {
+            ok = false;
+            max_err = max_err.max((got.get_i64(i) - want.get_i64(i)).unsigned_abs() as f64);
+        }
+    }
+    (ok, max_err)
+}
+
+fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for i in 0.. {
+        let p = dir.join(format!("{prefix}_{i}.pb"));
+        if !p.exists() {
+            break;
+        }
+        v.push(p);
+    }
+    v
+}
+
+/// The outcome of comparing one output.
+#[derive(Debug, Clone)]
+pub struct OutputCheck {
+    /// Output position.
+    pub index: usize,
+    /// Output name.
+    pub name: String,
+    /// Within tolerance.
+    pub pass: bool,
+    /// Largest absolute difference.
+    pub max_abs_err: f64,
+}
+
+/// Runs `model` on `data/input_<i>.pb`, writes `data/got_<i>.pb` when `write` is set, and compares
+/// with `data/output_<i>.pb` where present.
+pub fn run_on_data(
+    model: &Path,
+    data: &Path,
+    work: &Path,
+    write: bool,
+    exec: &Executor,
+) -> Result<Vec<OutputCheck>> {
+    let inputs: Vec<Tensor> = files(data, "input")
+        .iter()
+        .map(|p| read_pb(p))
+        .collect::<Result<_>>()?;
+    let mut loaded = load_model(model, Some(&inputs), work, "-O1")?;
+    let rt_inputs: Vec<Tensor> = loaded
+        .runtime_inputs
+        .iter()
+        .map(|&i| inputs[i].clone())
+        .collect();
+    let got = loaded.model.run(&rt_inputs, exec)?;
+    let wants = files(data, "output");
+    let mut checks = Vec::new();
+    for (i, t) in got.iter().enumerate() {
+        let name = loaded.model.outputs[i].name.clone();
+        if write {
+            write_pb(&data.join(format!("got_{i}.pb")), t, &name)?;
+        }
+        if let Some(w) = wants.get(i) {
+            let want = read_pb(w)?;
+            let (pass, max_abs_err) = compare(t, &want);
+            checks.push(OutputCheck {
+                index: i,
+                name,
+                pass,
+                max_abs_err,
+            });
+        }
+    }
+    Ok(checks)
+}
+
+/// One conformance test's outcome.
+#[derive(Debug, Clone)]
+pub struct TestResult {
+    /// The test name.
+    pub name: String,
+    /// `None` if it passed; else why not.
+    pub failure: Option<String>,
+}
+
+/// Runs every test listed in `dir/scope.txt` on `jobs` threads; `filter` keeps names containing it.
+pub fn conformance(
+    dir: &Path,
+    jobs: usize,
+    filter: Option<&str>,
+    work: &Path,
+) -> Result<Vec<TestResult>> {
+    let scope_path = dir.join("scope.txt");
+    let scope = std::fs::read_to_string(&scope_path).map_err(io_err(&scope_path))?;
+    let tests: Vec<String> = scope
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| filter.is_none_or(|f| n.contains(f)))
+        .map(String::from)
+        .collect();
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(name) = tests.get(i) else { break };
+                let failure = run_test(&dir.join(name), &work.join(name));
+                results.lock().unwrap().push((
+                    i,
+                    TestResult {
+                        name: name.clone(),
+                        failure,
+                    },
+                ));
+            });
+        }
+    });
+    let mut r = results.into_inner().unwrap();
+    r.sort_by_key(|(i, _)| *i);
+    Ok(r.into_iter().map(|(_, t)| t).collect())
+}
+
+fn run_test(dir: &Path, work: &Path) -> Option<String> {
+    let model = dir.join("model.onnx");
+    let exec = Executor::Serial;
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    sets.sort();
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+        || -> Result<Option<String>> {
+            for set in &sets {
+                for c in run_on_data(&model, set, work, false, &exec)? {
+                    if !c.pass {
+                        return Ok(Some(format!(
+                            "output {} ({}) max_abs_err={}",
+                            c.index, c.name, c.max_abs_err
+                        )));
+                    }
+                }
+            }
+            Ok(None)
+        },
+    ));
+    let _ = std::fs::remove_dir_all(work);
+    match res {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Some(e.to_string().replace('\n', " ")),
+        Err(p) => Some(format!(
+            "PANIC {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// Latency statistics of a benchmark.
+#[derive(Debug, Clone)]
+pub struct BenchResult {
+    /// Median latency in ms.
+    pub median_ms: f64,
+    /// 90th percentile latency in ms.
+    pub p90_ms: f64,
+    /// Timed runs.
+    pub runs: usize,
+}
+
+/// Compiles `model` with full optimisation, feeds it `input` (or deterministic pseudo-random data),
+/// warms up, then runs for at least `min_time` and 10 runs.
+pub fn bench(
+    model: &Path,
+    input: Option<Vec<Tensor>>,
+    threads: usize,
+    min_time: Duration,
+    work: &Path,
+) -> Result<BenchResult> {
+    let mut loaded = load_model(model, input.as_deref(), work, "-O3")?;
+    let inputs: Vec<Tensor> = match input {
+        Some(v) => loaded
+            .runtime_inputs
+            .iter()
+            .map(|&i| v[i].clone())
+            .collect(),
+        None => loaded
+            .model
+            .inputs
+            .iter()
+            .map(|io| pseudo_random(&io.ty))
+            .collect(),
+    };
+    loaded.model.check(&inputs)?;
+    let exec = Executor::with_threads(threads);
+    for _ in 0..10 {
+        loaded.model.run_unchecked(&inputs, &exec);
+    }
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < min_time || times.len() < 10 {
+        let t = Instant::now();
+        loaded.model.run_unchecked(&inputs, &exec);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let pct = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok(BenchResult {
+        median_ms: pct(0.5),
+        p90_ms: pct(0.9),
+        runs: times.len(),
+    })
+}
+
+/// Deterministic data in [-1, 1) for a type (integers in [0, 4)).
+pub fn pseudo_random(ty: &crate::ir::TensorType) -> Tensor {
+    let mut t = Tensor::zeros(ty.clone());
+    let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..t.numel() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let u = (s >> 11) as f64 / (1u64 << 53) as f64;
+        match ty.dtype {
+            DType::F32 | DType::F64 => t.set_f64(i, u * 2.0 - 1.0),
+            _ => t.set_i64(i, (u * 4.0) as i64),
+        }
+    }
+    t
+}
+
+/// Reads a raw little-endian f32 file as a tensor of `shape`.
+pub fn read_raw_f32(path: &Path, shape: &[usize]) -> Result<Tensor> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    Tensor::from_bytes(crate::ir::TensorType::new(DType::F32, shape), bytes).ok_or_else(|| {
+        Error::Data {
+            name: path.display().to_string(),
+            detail: format!("size does not match f32{shape:?}"),
+        }
+    })
+}
