@@ -12,6 +12,7 @@ use crate::te::{Expr, RedOp, Reduce, Src, Stage};
 
 mod attrs;
 pub mod elementwise;
+pub mod index;
 pub mod matmul;
 pub mod misc;
 pub mod nn;
