@@ -168,8 +168,20 @@ impl LowerCx<'_> {
     }
 }
 
+/// Access to the concrete operator type, for passes that pattern-match on operators.
+pub trait AsAny {
+    /// `self` as `Any`, to `downcast_ref` to a concrete operator.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl<T: std::any::Any> AsAny for T {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// An operator instance with its attributes.
-pub trait Operator: fmt::Debug + Send + Sync + 'static {
+pub trait Operator: AsAny + fmt::Debug + Send + Sync + 'static {
     /// The ONNX op type (`"Conv"`).
     fn op_type(&self) -> &'static str;
 
