@@ -1,24 +1,200 @@
-//! The build-script facade (filled in below).
-use std::path::Path;
+//! The build-script facade: `Build::new().onnx(..).scan(..).compile()`.
+use std::path::{Path, PathBuf};
 
-/// Placeholder.
-pub struct Build;
-/// Placeholder.
-pub struct Built;
+use crate::codegen::Compiled;
+use crate::error::{io_err, Error, Result};
+use crate::ir::Graph;
 
-/// The symbol (file key) of a model path, shared by `build.rs` and `model!`.
+/// Compiles models from `build.rs`.
+///
+/// ```no_run
+/// collage_build::Build::new()
+///     .onnx("models/mnist.onnx")
+///     .scan("src")
+///     .compile()
+///     .unwrap();
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Build {
+    onnx: Vec<PathBuf>,
+    scan: Vec<PathBuf>,
+    cost_cache: Option<PathBuf>,
+    out_dir: Option<PathBuf>,
+    manifest_dir: Option<PathBuf>,
+    cargo: bool,
+}
+
+/// One model compiled by [`Build::compile`].
+#[derive(Clone, Debug)]
+pub struct BuiltModel {
+    /// The model name (ONNX graph name or DSL type name).
+    pub name: String,
+    /// The symbol: generated files are `$OUT_DIR/collage/<symbol>.{rs,c,weights}`.
+    pub symbol: String,
+    /// Arena bytes.
+    pub arena_size: usize,
+    /// Weight bytes.
+    pub weight_bytes: usize,
+    /// The generated files.
+    pub files: Vec<PathBuf>,
+}
+
+/// What [`Build::compile`] produced.
+#[derive(Clone, Debug, Default)]
+pub struct Built {
+    /// Every compiled model.
+    pub models: Vec<BuiltModel>,
+}
+
+/// The symbol (file key) of a model path, shared by `build.rs` and `model!`: the path as written,
+/// without `.onnx`, with every non-alphanumeric character replaced by `_`.
 pub fn symbol_for(path: &str) -> String {
-    crate::tools::sanitize(Path::new(path).to_string_lossy().trim_end_matches(".onnx"))
+    crate::tools::sanitize(path.trim_end_matches(".onnx"))
 }
 
 impl Build {
-    /// Compiles `model` and writes its generated sources to `out`.
-    pub fn emit_sources(model: &Path, out: &Path) -> crate::Result<Vec<std::path::PathBuf>> {
-        let g = crate::frontend::onnx::load(model)?;
-        let c = crate::compile_graph(g, &symbol_for(&model.to_string_lossy()))?;
-        std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
-        let p = out.join(format!("{}.c", c.symbol));
-        std::fs::write(&p, &c.c_source).map_err(crate::error::io_err(&p))?;
-        Ok(vec![p])
+    /// A build for the current Cargo package (paths are relative to `CARGO_MANIFEST_DIR`; outputs go
+    /// to `$OUT_DIR/collage`).
+    pub fn new() -> Self {
+        Build { cargo: true, ..Default::default() }
     }
+
+    /// Compiles an ONNX model; bind it with `collage::model!(Name = "<same path>")`.
+    pub fn onnx(mut self, path: impl Into<PathBuf>) -> Self {
+        self.onnx.push(path.into());
+        self
+    }
+
+    /// Compiles every `model! { .. }` DSL block found in `.rs` files under `dir`.
+    pub fn scan(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.scan.push(dir.into());
+        self
+    }
+
+    /// The checked-in cost cache the placement search reads (read-only during normal builds).
+    pub fn cost_cache(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cost_cache = Some(path.into());
+        self
+    }
+
+    /// Overrides `$OUT_DIR` (for use outside build scripts).
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Overrides `$CARGO_MANIFEST_DIR`.
+    pub fn manifest_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.manifest_dir = Some(dir.into());
+        self
+    }
+
+    /// Generates sources only: no C compilation and no `cargo:` lines (for tests and inspection).
+    pub fn sources_only(mut self) -> Self {
+        self.cargo = false;
+        self
+    }
+
+    fn root(&self) -> PathBuf {
+        self.manifest_dir.clone().or_else(|| std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    /// Compiles every model. All errors are collected and returned together.
+    pub fn compile(self) -> Result<Built> {
+        let root = self.root();
+        let out = self
+            .out_dir
+            .clone()
+            .or_else(|| std::env::var_os("OUT_DIR").map(PathBuf::from))
+            .ok_or_else(|| Error::Model { model: "*".into(), detail: "OUT_DIR is not set: call compile() from build.rs or set out_dir()".into() })?
+            .join("collage");
+        std::fs::create_dir_all(&out).map_err(io_err(&out))?;
+        if let Some(cache) = &self.cost_cache {
+            self.rerun(&root.join(cache));
+        }
+        let mut jobs: Vec<(String, Result<Graph>)> = Vec::new();
+        for p in &self.onnx {
+            let full = root.join(p);
+            self.rerun(&full);
+            jobs.push((symbol_for(&p.to_string_lossy()), crate::frontend::onnx::load(&full)));
+        }
+        for dir in &self.scan {
+            let full = root.join(dir);
+            self.rerun(&full);
+            for (file, found) in crate::frontend::dsl::scan_dir(&full)? {
+                self.rerun(&file);
+                for m in found {
+                    jobs.push(match m {
+                        Ok(m) => (crate::frontend::dsl::symbol_for_dsl(&m.name), m.to_graph(&root)),
+                        Err(e) => ("dsl".into(), Err(e)),
+                    });
+                }
+            }
+        }
+        let mut built = Built::default();
+        let mut errors = Vec::new();
+        for (symbol, g) in jobs {
+            match g.and_then(|g| self.compile_one(g, &symbol, &out)) {
+                Ok(m) => built.models.push(m),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.len() {
+            0 => Ok(built),
+            1 => Err(errors.pop().unwrap()),
+            _ => Err(Error::Model { model: "*".into(), detail: errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n") }),
+        }
+    }
+
+    fn rerun(&self, p: &Path) {
+        if self.cargo {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
+
+    fn compile_one(&self, g: Graph, symbol: &str, out: &Path) -> Result<BuiltModel> {
+        let c = crate::compile_graph(g, symbol)?;
+        let files = write_sources(&c, out)?;
+        if self.cargo {
+            cc::Build::new()
+                .file(&files[1])
+                .std("c99")
+                .opt_level(3)
+                .flag_if_supported("-fno-math-errno")
+                .warnings(false)
+                .try_compile(&format!("collage_{symbol}"))
+                .map_err(|e| Error::CCompile { path: files[1].clone(), detail: e.to_string() })?;
+        }
+        Ok(BuiltModel { name: c.name.clone(), symbol: symbol.to_string(), arena_size: c.arena_size, weight_bytes: c.weights.len(), files })
+    }
+
+    /// Compiles `model` and writes its generated sources (glue, C, weights, text IR) to `out`.
+    pub fn emit_sources(model: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        let g = crate::frontend::onnx::load(model)?;
+        let symbol = symbol_for(&model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let c = crate::compile_graph(g, &symbol)?;
+        std::fs::create_dir_all(out).map_err(io_err(out))?;
+        let mut files = write_sources(&c, out)?;
+        let ir = out.join(format!("{symbol}.ir.txt"));
+        std::fs::write(&ir, c.graph.to_string()).map_err(io_err(&ir))?;
+        files.push(ir);
+        Ok(files)
+    }
+}
+
+/// Writes `<symbol>.rs`, `<symbol>.c` and `<symbol>.weights` to `out`.
+pub fn write_sources(c: &Compiled, out: &Path) -> Result<Vec<PathBuf>> {
+    let weights_file = format!("{}.weights", c.symbol);
+    let files = [
+        (out.join(format!("{}.rs", c.symbol)), crate::codegen::rust::emit(c, &weights_file).into_bytes()),
+        (out.join(format!("{}.c", c.symbol)), c.c_source.clone().into_bytes()),
+        (out.join(&weights_file), c.weights.clone()),
+    ];
+    for (p, bytes) in &files {
+        // Keep the mtime of unchanged files so Cargo and cc do not rebuild needlessly.
+        if std::fs::read(p).ok().as_deref() != Some(bytes.as_slice()) {
+            std::fs::write(p, bytes).map_err(io_err(p))?;
+        }
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
 }

@@ -18,6 +18,6 @@ pub mod schedule;
 pub mod te;
 pub mod tools;
 
-pub use build::{symbol_for, Build, Built};
+pub use build::{symbol_for, write_sources, Build, Built, BuiltModel};
 pub use codegen::{compile_graph, Compiled};
 pub use error::{Error, OpError, Result};

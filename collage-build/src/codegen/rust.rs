@@ -1,1 +1,135 @@
-//! The Rust glue for a compiled model (filled in below).
+//! The Rust glue of a compiled model: a `Model` type whose `run` takes and returns fixed-size
+//! arrays (shapes and dtypes are part of the types), the embedded weights, and the `extern "C"`
+//! declaration of the generated entry point.
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+use super::{Compiled, Io};
+use crate::ir::TensorType;
+
+/// The nested-array Rust type of a tensor: `f32[1, 10]` → `[[f32; 10]; 1]`; a scalar is `f32`.
+pub fn array_type(ty: &TensorType) -> TokenStream {
+    let elem = format_ident!("{}", ty.dtype.rust_type());
+    let mut t = quote!(#elem);
+    for &d in ty.shape.iter().rev() {
+        let d = Literal::usize_unsuffixed(d);
+        t = quote!([#t; #d]);
+    }
+    t
+}
+
+/// A Rust identifier for an input name.
+fn ident_for(name: &str, i: usize) -> proc_macro2::Ident {
+    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) || syn::parse_str::<syn::Ident>(&s).is_err() {
+        s = format!("input_{i}");
+    }
+    format_ident!("{}", s)
+}
+
+fn io_doc(ios: &[Io]) -> String {
+    ios.iter().map(|io| format!("`{}`: {}", io.name, io.ty)).collect::<Vec<_>>().join(", ")
+}
+
+/// The glue source. `weights_file` is the weight blob's file name inside `$OUT_DIR/collage/`.
+pub fn emit(c: &Compiled, weights_file: &str) -> String {
+    let run_sym = format_ident!("collage_{}_run", c.symbol);
+    let arena = Literal::usize_unsuffixed(c.arena_size);
+    let wlen = Literal::usize_unsuffixed(c.weights.len());
+    let wpath = format!("/collage/{weights_file}");
+    let mut seen = std::collections::HashSet::new();
+    let names: Vec<_> = c
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, io)| {
+            let mut id = ident_for(&io.name, i);
+            if !seen.insert(id.to_string()) {
+                id = format_ident!("input_{}", i);
+            }
+            id
+        })
+        .collect();
+    let in_tys: Vec<_> = c.inputs.iter().map(|io| array_type(&io.ty)).collect();
+    let out_tys: Vec<_> = c.outputs.iter().map(|io| array_type(&io.ty)).collect();
+    let out_offs: Vec<_> = c.outputs.iter().map(|io| Literal::usize_unsuffixed(io.offset)).collect();
+    let n_in = Literal::usize_unsuffixed(c.inputs.len());
+    let (ret_ty, ret_val) = if c.outputs.len() == 1 {
+        let t = &out_tys[0];
+        let o = &out_offs[0];
+        (quote!(&#t), quote!(unsafe { &*(arena.as_ptr().add(#o) as *const #t) }))
+    } else {
+        (quote!((#(&#out_tys),*)), quote!((#(unsafe { &*(arena.as_ptr().add(#out_offs) as *const #out_tys) }),*)))
+    };
+    let doc = format!(
+        " Model `{}` compiled ahead of time by collage-build.\n\n Inputs: {}.\n Outputs: {}.\n\n `run` performs no heap allocation; the activation arena ({} bytes) is allocated once by `new`.",
+        c.name,
+        io_doc(&c.inputs),
+        io_doc(&c.outputs),
+        c.arena_size
+    );
+    let tokens = quote! {
+        #[doc = #doc]
+        pub struct Model {
+            arena: ::collage::runtime::Arena,
+            exec: ::collage::runtime::Executor,
+        }
+
+        /// The activation arena of [`Model`] as a fixed-size buffer, for [`Model::run_in`].
+        pub type ArenaBuf = ::collage::runtime::Aligned<[u8; Model::ARENA_SIZE]>;
+
+        static WEIGHTS: ::collage::runtime::Aligned<[u8; #wlen]> =
+            ::collage::runtime::Aligned(*include_bytes!(concat!(env!("OUT_DIR"), #wpath)));
+
+        extern "C" {
+            fn #run_sym(rt: *const ::collage::runtime::RawRt, arena: *mut u8, weights: *const u8, inputs: *const *const u8);
+        }
+
+        impl Model {
+            /// Bytes of activation memory one instance uses.
+            pub const ARENA_SIZE: usize = #arena;
+
+            /// A model instance whose loops run on the calling thread.
+            pub fn new() -> Self {
+                Self::with_threads(1)
+            }
+
+            /// A model instance whose loops run on `threads` threads (the caller included).
+            pub fn with_threads(threads: usize) -> Self {
+                Model { arena: ::collage::runtime::Arena::new(Self::ARENA_SIZE), exec: ::collage::runtime::Executor::with_threads(threads) }
+            }
+
+            /// Runs the model. The outputs borrow the model until the next call.
+            pub fn run(&mut self, #(#names: &#in_tys),*) -> #ret_ty {
+                let rt = self.exec.raw();
+                let arena = self.arena.as_mut_ptr();
+                // SAFETY: the arena holds ARENA_SIZE bytes and the inputs have the compiled types.
+                unsafe { Self::run_raw(&rt, arena, #(#names),*) }
+            }
+
+            /// Runs the model serially in a caller-provided arena (no allocation at all, e.g. a
+            /// `static` buffer on an embedded target).
+            pub fn run_in<'a>(arena: &'a mut ArenaBuf, #(#names: &#in_tys),*) -> #ret_ty {
+                let rt = ::collage::runtime::Executor::Serial.raw();
+                // SAFETY: `arena` holds ARENA_SIZE bytes and the inputs have the compiled types.
+                unsafe { Self::run_raw(&rt, arena.0.as_mut_ptr(), #(#names),*) }
+            }
+
+            unsafe fn run_raw<'a>(rt: &::collage::runtime::RawRt, arena: *mut u8, #(#names: &#in_tys),*) -> #ret_ty {
+                let inputs: [*const u8; #n_in] = [#(#names as *const #in_tys as *const u8),*];
+                // SAFETY: the entry point was generated for exactly these buffers.
+                unsafe { #run_sym(rt, arena, WEIGHTS.0.as_ptr(), inputs.as_ptr()) };
+                let arena = arena as *const u8;
+                #ret_val
+            }
+        }
+
+        impl Default for Model {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    };
+    let file: syn::File = syn::parse2(tokens).expect("generated glue parses");
+    format!("// @generated by collage-build {} for model {:?}. Do not edit.\n\n{}", env!("CARGO_PKG_VERSION"), c.name, prettyplease::unparse(&file))
+}
