@@ -223,6 +223,49 @@ impl Emitter<'_> {
     }
 }
 
+/// The coefficient of `Var(v)` in an index expression if it is affine in `Var(v)`.
+fn coef(e: &Expr, v: u32) -> Option<i64> {
+    match e {
+        Expr::Var(k) => Some((*k == v) as i64),
+        Expr::RVar(_) | Expr::Const(_) => Some(0),
+        Expr::Bin(BinOp::Add, a, b) => Some(coef(a, v)? + coef(b, v)?),
+        Expr::Bin(BinOp::Sub, a, b) => Some(coef(a, v)? - coef(b, v)?),
+        Expr::Bin(BinOp::Mul, a, b) => match (a.as_ref(), b.as_ref()) {
+            (x, Expr::Const(c)) | (Expr::Const(c), x) if c.dtype() == DType::I64 => Some(coef(x, v)? * c.as_i64()),
+            _ => {
+                let (ca, cb) = (coef(a, v)?, coef(b, v)?);
+                (ca == 0 && cb == 0).then_some(0)
+            }
+        },
+        other => {
+            let mut uses = false;
+            other.visit(&mut |x| uses |= *x == Expr::Var(v));
+            (!uses).then_some(0)
+        }
+    }
+}
+
+/// True if some load in `body` walks its source with stride 1 along output dimension `v`: then
+/// the reduction is emitted with `v` innermost (vectorisable) and a row of accumulators.
+fn contiguous_along(p: &Program, body: &Expr, v: u32) -> bool {
+    let mut found = false;
+    body.visit(&mut |e| {
+        let c = match e {
+            Expr::Load(Src::Buf(b), idx) => {
+                let st = strides(&p.bufs[*b as usize].ty.shape);
+                idx.iter().zip(&st).try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
+            }
+            Expr::LoadFlat(_, f) => coef(f, v),
+            _ => None,
+        };
+        found |= c == Some(1);
+    });
+    found
+}
+
+/// Largest row of accumulators kept on the stack by the row-reduction schedule.
+const MAX_ACC_ROW: usize = 4096;
+
 /// How many leading output dimensions form the flattened outer (parallel) loop.
 fn outer_dims(shape: &[usize]) -> usize {
     let mut prod = 1;
@@ -275,7 +318,12 @@ fn emit_stage(
 ) -> (String, usize, bool) {
     let fname = format!("k{id}");
     let shape = &st.ty.shape;
-    let nd = outer_dims(shape);
+    let rank = shape.len();
+    let row_reduce = st.reduce.is_some()
+        && rank >= 1
+        && (4..=MAX_ACC_ROW).contains(&shape[rank - 1])
+        && contiguous_along(p, &st.body, rank as u32 - 1);
+    let nd = if row_reduce { outer_dims(shape).min(rank - 1) } else { outer_dims(shape) };
     let n_outer: usize = shape[..nd].iter().product();
     let parallel = st.work() >= PARALLEL_WORK && n_outer > 1;
     let em = Emitter {
@@ -329,7 +377,8 @@ fn emit_stage(
         }
     }
     let mut indent = "        ".to_string();
-    for (k, &d) in shape.iter().enumerate().skip(nd) {
+    let loop_dims = if row_reduce { rank - 1 } else { rank };
+    for (k, &d) in shape.iter().enumerate().take(loop_dims).skip(nd) {
         writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
         indent.push_str("    ");
     }
@@ -346,6 +395,32 @@ fn emit_stage(
     let cty = st.ty.dtype.c_type();
     match &st.reduce {
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&st.body)).unwrap(),
+        Some(r) if row_reduce => {
+            let l = rank - 1;
+            let n = shape[l];
+            let s = suffix(st.ty.dtype);
+            writeln!(out, "{indent}{cty} accv[{n}];").unwrap();
+            writeln!(out, "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accv[i{l}] = {};", scalar(r.op.init(st.ty.dtype))).unwrap();
+            let mut ri = indent.clone();
+            for (k, &e) in r.extents.iter().enumerate() {
+                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+                ri.push_str("    ");
+            }
+            let v = em.expr(&st.body);
+            let upd = match r.op {
+                RedOp::Sum => format!("accv[i{l}] += {v};"),
+                RedOp::Prod => format!("accv[i{l}] *= {v};"),
+                RedOp::Max => format!("accv[i{l}] = cl_max_{s}(accv[i{l}], {v});"),
+                RedOp::Min => format!("accv[i{l}] = cl_min_{s}(accv[i{l}], {v});"),
+            };
+            writeln!(out, "{ri}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {upd}").unwrap();
+            for _ in &r.extents {
+                ri.truncate(ri.len() - 4);
+                writeln!(out, "{ri}}}").unwrap();
+            }
+            let fin = r.finalize.as_ref().map(|f| em.expr(f)).unwrap_or_else(|| "acc".into());
+            writeln!(out, "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accv[i{l}]; b{id}[{flat_out}] = {fin}; }}").unwrap();
+        }
         Some(r) => {
             writeln!(
                 out,
@@ -379,7 +454,7 @@ fn emit_stage(
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
     }
-    for _ in nd..shape.len() {
+    for _ in nd..loop_dims {
         indent.truncate(indent.len() - 4);
         writeln!(out, "{indent}}}").unwrap();
     }
