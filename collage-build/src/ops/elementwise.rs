@@ -100,7 +100,10 @@ impl Operator for Ew {
                         t.dtype,
                     ));
                 }
-                shapes.push(t.shape.as_slice());
+                // CastLike's second input only gives the type.
+                if self.op_type != "CastLike" || i == 0 {
+                    shapes.push(t.shape.as_slice());
+                }
             }
         }
         let shape = broadcast_shapes(&shapes)?;
