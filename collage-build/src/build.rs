@@ -161,6 +161,7 @@ impl Build {
                 .std("c99")
                 .opt_level(3)
                 .flag_if_supported("-fno-math-errno")
+                .flag_if_supported("-ffp-contract=fast")
                 .warnings(false)
                 .try_compile(&format!("collage_{symbol}"))
                 .map_err(|e| Error::CCompile { path: files[1].clone(), detail: e.to_string() })?;

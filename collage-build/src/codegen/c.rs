@@ -278,35 +278,56 @@ fn outer_dims(shape: &[usize]) -> usize {
     shape.len()
 }
 
+/// x86-64 instruction-set variants compiled next to the baseline and chosen at run time with
+/// `__builtin_cpu_supports` (GCC only; other compilers get the baseline).
+const VARIANTS: &[(&str, &str, &str)] = &[
+    ("_avx512", "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,prefer-vector-width=512", "__builtin_cpu_supports(\"avx512f\") && __builtin_cpu_supports(\"avx512vl\") && __builtin_cpu_supports(\"avx512bw\") && __builtin_cpu_supports(\"avx512dq\")"),
+    ("_avx2", "avx2,fma", "__builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\")"),
+];
+
 /// Emits the C translation unit for `p`; `places` gives every buffer's location.
+///
+/// Define `COLLAGE_NO_DISPATCH` when compiling to build only the baseline variant.
 pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String {
     let mut out = String::new();
     writeln!(out, "/* {header} */").unwrap();
     out.push_str(PRELUDE);
+    out.push_str("\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)\n#define CL_DISPATCH 1\n#endif\n");
+    out.push_str("\n#ifdef CL_DISPATCH\n");
+    for (suffix, target, _) in VARIANTS {
+        writeln!(out, "#pragma GCC push_options\n#pragma GCC target(\"{target}\")").unwrap();
+        emit_variant(&mut out, p, places, suffix);
+        out.push_str("#pragma GCC pop_options\n");
+    }
+    out.push_str("#endif\n");
+    emit_variant(&mut out, p, places, "");
+    writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
+    out.push_str("#ifdef CL_DISPATCH\n");
+    for (suffix, _, cond) in VARIANTS {
+        writeln!(out, "    if ({cond}) {{\n        run{suffix}(rt, A, W, I);\n        return;\n    }}").unwrap();
+    }
+    out.push_str("#endif\n    run(rt, A, W, I);\n}\n");
+    out
+}
+
+fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str) {
     let mut calls = String::new();
     for (i, b) in p.bufs.iter().enumerate() {
-        let BufKind::Stage(st) = &b.kind else {
-            continue;
-        };
-        let (fname, n_outer, parallel) = emit_stage(&mut out, p, places, i as u32, st);
+        let BufKind::Stage(st) = &b.kind else { continue };
+        let (fname, n_outer, parallel) = emit_stage(out, p, places, i as u32, st, suffix);
         if n_outer == 0 {
             continue;
         }
         if parallel {
-            writeln!(
-                calls,
-                "    rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);"
-            )
-            .unwrap();
+            writeln!(calls, "    rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);").unwrap();
         } else {
             writeln!(calls, "    {fname}(&ctx, 0, {n_outer});").unwrap();
         }
     }
-    writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
+    writeln!(out, "\nstatic void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
     writeln!(out, "    collage_ctx ctx = {{A, W, I}};\n    (void)rt;").unwrap();
     out.push_str(&calls);
     out.push_str("}\n");
-    out
 }
 
 fn emit_stage(
@@ -315,8 +336,9 @@ fn emit_stage(
     places: &[Place],
     id: u32,
     st: &Stage,
+    suffix: &str,
 ) -> (String, usize, bool) {
-    let fname = format!("k{id}");
+    let fname = format!("k{id}{suffix}");
     let shape = &st.ty.shape;
     let rank = shape.len();
     let row_reduce = st.reduce.is_some()
