@@ -336,9 +336,9 @@ fn emit_stage(
     places: &[Place],
     id: u32,
     st: &Stage,
-    suffix: &str,
+    variant: &str,
 ) -> (String, usize, bool) {
-    let fname = format!("k{id}{suffix}");
+    let fname = format!("k{id}{variant}");
     let shape = &st.ty.shape;
     let rank = shape.len();
     let row_reduce = st.reduce.is_some()
