@@ -2,8 +2,8 @@
 use std::sync::Arc;
 
 use super::{
-    broadcast_shapes, check_dtype, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult,
-    Operator, NUMERIC,
+    broadcast_shapes, check_dtype, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator,
+    NUMERIC,
 };
 use crate::error::OpError;
 use crate::ir::TensorType;
@@ -194,11 +194,7 @@ impl Operator for Gemm {
         } else {
             vec![m, r.clone()]
         };
-        let ib = if self.trans_b {
-            vec![n, r]
-        } else {
-            vec![r, n]
-        };
+        let ib = if self.trans_b { vec![n, r] } else { vec![r, n] };
         let body = Expr::load(Src::Arg(0), ia).mul(Expr::load(Src::Arg(1), ib));
         let mut fin = Expr::Acc;
         if self.alpha != 1.0 {

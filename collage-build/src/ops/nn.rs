@@ -77,7 +77,13 @@ struct Geom {
 }
 
 /// A per-dimension attribute list of length `r` (default `dflt`), every value at least `min`.
-fn dims_attr(v: &Option<Vec<i64>>, r: usize, dflt: i64, min: i64, what: &str) -> OpResult<Vec<i64>> {
+fn dims_attr(
+    v: &Option<Vec<i64>>,
+    r: usize,
+    dflt: i64,
+    min: i64,
+    what: &str,
+) -> OpResult<Vec<i64>> {
     match v {
         None => Ok(vec![dflt; r]),
         Some(v) if v.is_empty() => Ok(vec![dflt; r]),
@@ -385,13 +391,11 @@ impl ConvTranspose {
                     o
                 }
                 AutoPad::Valid => oshape.as_ref().map_or(natural, |v| v[j]),
+                // With an explicit output shape the padding follows from it (as SAME_LOWER).
                 AutoPad::NotSet => match &oshape {
                     Some(v) => {
-                        pb[j] = if win.pads.is_some() {
-                            pads[j]
-                        } else {
-                            (natural - v[j]).max(0) / 2
-                        };
+                        let total = natural - v[j];
+                        pb[j] = total - total.div_euclid(2);
                         v[j]
                     }
                     None => {
@@ -616,12 +620,7 @@ impl Operator for MaxPool {
 /// The number of window points `k` in `[0, kernel)` with `lo <= st + k * d < hi`, where `st` is the
 /// window start of output `Var(2 + j)`.
 fn window_count(geo: &Geom, j: usize, lo: i64, hi: i64) -> Expr {
-    let (s, d, pb, k) = (
-        geo.strides[j],
-        geo.dil[j],
-        geo.pb[j],
-        geo.kernel[j] as i64,
-    );
+    let (s, d, pb, k) = (geo.strides[j], geo.dil[j], geo.pb[j], geo.kernel[j] as i64);
     let first = -pb;
     let last = (geo.out[j] as i64 - 1) * s - pb;
     if first >= lo && last + (k - 1) * d < hi {
@@ -746,10 +745,10 @@ impl Moments {
     fn over_axes(d: DType, shape: &[usize], axes: &[usize]) -> Moments {
         let mut stat = shape.to_vec();
         let mut xi = Vec::new();
-        for k in 0..shape.len() {
+        for (k, s) in stat.iter_mut().enumerate() {
             match axes.iter().position(|&a| a == k) {
                 Some(p) => {
-                    stat[k] = 1;
+                    *s = 1;
                     xi.push(Expr::rvar(p));
                 }
                 None => xi.push(Expr::var(k)),
@@ -1145,7 +1144,10 @@ impl Mvn {
         for &a in &self.axes {
             let a = norm_axis(a, rank)?;
             if v.contains(&a) {
-                return Err(OpError::expected("distinct axes", format!("{:?}", self.axes)));
+                return Err(OpError::expected(
+                    "distinct axes",
+                    format!("{:?}", self.axes),
+                ));
             }
             v.push(a);
         }
@@ -1336,11 +1338,7 @@ impl Operator for BatchNorm {
         let ch = vec![Expr::var(1)];
         let y = xv
             .sub(Expr::load(mean, ch.clone()))
-            .mul(scale.div(
-                Expr::load(var, ch)
-                    .add(Expr::c(d, self.epsilon))
-                    .sqrt(),
-            ))
+            .mul(scale.div(Expr::load(var, ch).add(Expr::c(d, self.epsilon)).sqrt()))
             .add(bias);
         let y = cx.stage(x, y);
         let mut outs = vec![y];
@@ -1422,7 +1420,9 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("GlobalAveragePool", |_: &OpCx| {
         Ok(Arc::new(GlobalPool { max: false }))
     }),
-    ("GlobalMaxPool", |_: &OpCx| Ok(Arc::new(GlobalPool { max: true }))),
+    ("GlobalMaxPool", |_: &OpCx| {
+        Ok(Arc::new(GlobalPool { max: true }))
+    }),
     ("BatchNormalization", batchnorm),
     ("LayerNormalization", |cx: &OpCx| {
         Ok(Arc::new(LayerNorm {
