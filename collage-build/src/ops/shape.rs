@@ -302,7 +302,7 @@ fn reshape_shape(input: &[usize], spec: &[i64], allowzero: bool) -> OpResult<Vec
     let numel: usize = input.iter().product();
     let known: usize = out.iter().product();
     if let Some(i) = infer_at {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(bad("the -1 dimension cannot be inferred"));
         }
         out[i] = numel / known;
