@@ -119,7 +119,7 @@ impl Operator for Ew {
     fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<crate::te::Src>> {
         let out = cx.output(0).clone();
         let args: Vec<Option<Expr>> = (0..cx.inputs.len())
-            .map(|i| cx.has(i).then(|| cx.load_bcast(i, &out.shape)))
+            .map(|i| (cx.has(i) && !(self.op_type == "CastLike" && i == 1)).then(|| cx.load_bcast(i, &out.shape)))
             .collect();
         let body = (self.f)(self, &args, out.dtype);
         Ok(vec![cx.stage(out, body)])
@@ -281,7 +281,7 @@ pub const OPS: &[(&str, Constructor)] = &[
     }),
     ("Mod", |cx| {
         let mut e = ew("Mod", NUMERIC, OutTy::Same, |o, a, d| {
-            if o.n != 0 || d.is_float() {
+            if o.n != 0 {
                 a0(a).fmod(a1(a))
             } else {
                 a0(a).modulo(a1(a))

@@ -220,6 +220,7 @@ pub type Constructor = fn(&OpCx) -> OpResult<Arc<dyn Operator>>;
 /// Every operator family's registry.
 const FAMILIES: &[&[(&str, Constructor)]] = &[
     elementwise::OPS,
+    index::OPS,
     matmul::OPS,
     nn::OPS,
     reduce::OPS,
