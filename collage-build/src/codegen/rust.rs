@@ -54,12 +54,12 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
     let out_tys: Vec<_> = c.outputs.iter().map(|io| array_type(&io.ty)).collect();
     let out_offs: Vec<_> = c.outputs.iter().map(|io| Literal::usize_unsuffixed(io.offset)).collect();
     let n_in = Literal::usize_unsuffixed(c.inputs.len());
-    let (ret_ty, ret_val) = if c.outputs.len() == 1 {
+    let (ret_ty, ret_ty_a, ret_val) = if c.outputs.len() == 1 {
         let t = &out_tys[0];
         let o = &out_offs[0];
-        (quote!(&#t), quote!(unsafe { &*(arena.as_ptr().add(#o) as *const #t) }))
+        (quote!(&#t), quote!(&'a #t), quote!(unsafe { &*(arena.add(#o) as *const #t) }))
     } else {
-        (quote!((#(&#out_tys),*)), quote!((#(unsafe { &*(arena.as_ptr().add(#out_offs) as *const #out_tys) }),*)))
+        (quote!((#(&#out_tys),*)), quote!((#(&'a #out_tys),*)), quote!((#(unsafe { &*(arena.add(#out_offs) as *const #out_tys) }),*)))
     };
     let doc = format!(
         " Model `{}` compiled ahead of time by collage-build.\n\n Inputs: {}.\n Outputs: {}.\n\n `run` performs no heap allocation; the activation arena ({} bytes) is allocated once by `new`.",
@@ -109,13 +109,13 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
 
             /// Runs the model serially in a caller-provided arena (no allocation at all, e.g. a
             /// `static` buffer on an embedded target).
-            pub fn run_in<'a>(arena: &'a mut ArenaBuf, #(#names: &#in_tys),*) -> #ret_ty {
+            pub fn run_in<'a>(arena: &'a mut ArenaBuf, #(#names: &#in_tys),*) -> #ret_ty_a {
                 let rt = ::collage::runtime::Executor::Serial.raw();
                 // SAFETY: `arena` holds ARENA_SIZE bytes and the inputs have the compiled types.
                 unsafe { Self::run_raw(&rt, arena.0.as_mut_ptr(), #(#names),*) }
             }
 
-            unsafe fn run_raw<'a>(rt: &::collage::runtime::RawRt, arena: *mut u8, #(#names: &#in_tys),*) -> #ret_ty {
+            unsafe fn run_raw<'a>(rt: &::collage::runtime::RawRt, arena: *mut u8, #(#names: &#in_tys),*) -> #ret_ty_a {
                 let inputs: [*const u8; #n_in] = [#(#names as *const #in_tys as *const u8),*];
                 // SAFETY: the entry point was generated for exactly these buffers.
                 unsafe { #run_sym(rt, arena, WEIGHTS.0.as_ptr(), inputs.as_ptr()) };

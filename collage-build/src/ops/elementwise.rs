@@ -280,7 +280,7 @@ pub const OPS: &[(&str, Constructor)] = &[
         Ok(Arc::new(e))
     }),
     ("Mod", |cx| {
-        let mut e = ew("Mod", NUMERIC, OutTy::Same, |o, a, d| {
+        let mut e = ew("Mod", NUMERIC, OutTy::Same, |o, a, _| {
             if o.n != 0 {
                 a0(a).fmod(a1(a))
             } else {
