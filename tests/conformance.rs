@@ -7,13 +7,19 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 fn data_dir() -> PathBuf {
-    std::env::var_os("COLLAGE_ONNX_NODE_TESTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/onnx-node-tests"))
+    std::env::var_os("COLLAGE_ONNX_NODE_TESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/onnx-node-tests"))
 }
 
 #[test]
 fn onnx_node_tests() {
     let dir = data_dir();
-    assert!(dir.join("scope.txt").exists(), "{} is missing: run .ci/run, which generates the ONNX node tests", dir.display());
+    assert!(
+        dir.join("scope.txt").exists(),
+        "{} is missing: run .ci/run, which generates the ONNX node tests",
+        dir.display()
+    );
     let scope = std::fs::read_to_string(dir.join("scope.txt")).unwrap();
     let tiers: BTreeMap<String, String> = scope
         .lines()
@@ -22,18 +28,26 @@ fn onnx_node_tests() {
             Some((w.next()?.to_string(), w.next()?.to_string()))
         })
         .collect();
-    let listed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/expected_failures.txt")).unwrap();
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/expected_failures.txt"
+    ))
+    .unwrap();
     let expected: BTreeMap<String, String> = listed
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
             let (name, reason) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
-            assert!(!reason.trim().is_empty(), "expected_failures.txt: `{name}` needs a reason");
+            assert!(
+                !reason.trim().is_empty(),
+                "expected_failures.txt: `{name}` needs a reason"
+            );
             (name.to_string(), reason.trim().to_string())
         })
         .collect();
-    let work = std::env::temp_dir().join(format!("collage-conformance-test-{}", std::process::id()));
+    let work =
+        std::env::temp_dir().join(format!("collage-conformance-test-{}", std::process::id()));
     let results = collage_build::tools::conformance(&dir, 2, None, &work).unwrap();
     let _ = std::fs::remove_dir_all(&work);
     let (mut pass, mut pass_t1) = (0, 0);
@@ -55,7 +69,18 @@ fn onnx_node_tests() {
         }
     }
     let t1 = tiers.values().filter(|t| *t == "tier1").count();
-    println!("conformance: {pass} of {} in-scope tests pass; tier 1: {pass_t1} of {t1}", results.len());
-    assert!(unexpected.is_empty(), "{} unexpected failures:\n{}", unexpected.len(), unexpected.join("\n"));
-    assert!(stale.is_empty(), "listed as expected failures but pass (remove them from the list): {stale:?}");
+    println!(
+        "conformance: {pass} of {} in-scope tests pass; tier 1: {pass_t1} of {t1}",
+        results.len()
+    );
+    assert!(
+        unexpected.is_empty(),
+        "{} unexpected failures:\n{}",
+        unexpected.len(),
+        unexpected.join("\n")
+    );
+    assert!(
+        stale.is_empty(),
+        "listed as expected failures but pass (remove them from the list): {stale:?}"
+    );
 }

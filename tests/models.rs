@@ -6,21 +6,33 @@ use collage_build::tools;
 use collage_runtime::Executor;
 
 fn models_dir() -> PathBuf {
-    std::env::var_os("COLLAGE_BENCH_MODELS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/models"))
+    std::env::var_os("COLLAGE_BENCH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/models"))
 }
 
 fn check(name: &str, threads: usize) {
     let dir = models_dir();
     let model = dir.join(format!("{name}.onnx"));
     let reference = dir.join(format!("{name}.ort_out.f32"));
-    assert!(model.exists() && reference.exists(), "{} or its ONNX Runtime output is missing: run .ci/run", model.display());
-    let work = std::env::temp_dir().join(format!("collage-models-{name}-{threads}-{}", std::process::id()));
+    assert!(
+        model.exists() && reference.exists(),
+        "{} or its ONNX Runtime output is missing: run .ci/run",
+        model.display()
+    );
+    let work = std::env::temp_dir().join(format!(
+        "collage-models-{name}-{threads}-{}",
+        std::process::id()
+    ));
     let mut loaded = tools::load_model(&model, None, &work, "-O2").unwrap();
     let in_ty = loaded.model.inputs[0].ty.clone();
     let out_ty = loaded.model.outputs[0].ty.clone();
     let x = tools::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
     let want = tools::read_raw_f32(&reference, &out_ty.shape).unwrap();
-    let got = loaded.model.run(&[x], &Executor::with_threads(threads)).unwrap();
+    let got = loaded
+        .model
+        .run(&[x], &Executor::with_threads(threads))
+        .unwrap();
     let _ = std::fs::remove_dir_all(&work);
     let (ok, err) = tools::compare(&got[0], &want);
     assert!(ok, "{name} ({threads} threads): max |got - want| = {err}");

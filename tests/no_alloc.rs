@@ -42,7 +42,11 @@ fn run_does_not_allocate() {
             sum += m.run(&x)[0][0];
         }
         COUNTING.store(false, Ordering::SeqCst);
-        assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "run allocated with {threads} thread(s)");
+        assert_eq!(
+            ALLOCS.load(Ordering::SeqCst),
+            0,
+            "run allocated with {threads} thread(s)"
+        );
         assert!(sum.is_finite() && first.iter().all(|v| v.is_finite()));
     }
 }

@@ -56,7 +56,10 @@ impl Build {
     /// A build for the current Cargo package (paths are relative to `CARGO_MANIFEST_DIR`; outputs go
     /// to `$OUT_DIR/collage`).
     pub fn new() -> Self {
-        Build { cargo: true, ..Default::default() }
+        Build {
+            cargo: true,
+            ..Default::default()
+        }
     }
 
     /// Compiles an ONNX model; bind it with `collage::model!(Name = "<same path>")`.
@@ -96,7 +99,10 @@ impl Build {
     }
 
     fn root(&self) -> PathBuf {
-        self.manifest_dir.clone().or_else(|| std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("."))
+        self.manifest_dir
+            .clone()
+            .or_else(|| std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("."))
     }
 
     /// Compiles every model. All errors are collected and returned together.
@@ -106,7 +112,10 @@ impl Build {
             .out_dir
             .clone()
             .or_else(|| std::env::var_os("OUT_DIR").map(PathBuf::from))
-            .ok_or_else(|| Error::Model { model: "*".into(), detail: "OUT_DIR is not set: call compile() from build.rs or set out_dir()".into() })?
+            .ok_or_else(|| Error::Model {
+                model: "*".into(),
+                detail: "OUT_DIR is not set: call compile() from build.rs or set out_dir()".into(),
+            })?
             .join("collage");
         std::fs::create_dir_all(&out).map_err(io_err(&out))?;
         if let Some(cache) = &self.cost_cache {
@@ -116,7 +125,10 @@ impl Build {
         for p in &self.onnx {
             let full = root.join(p);
             self.rerun(&full);
-            jobs.push((symbol_for(&p.to_string_lossy()), crate::frontend::onnx::load(&full)));
+            jobs.push((
+                symbol_for(&p.to_string_lossy()),
+                crate::frontend::onnx::load(&full),
+            ));
         }
         for dir in &self.scan {
             let full = root.join(dir);
@@ -125,7 +137,10 @@ impl Build {
                 self.rerun(&file);
                 for m in found {
                     jobs.push(match m {
-                        Ok(m) => (crate::frontend::dsl::symbol_for_dsl(&m.name), m.to_graph(&root)),
+                        Ok(m) => (
+                            crate::frontend::dsl::symbol_for_dsl(&m.name),
+                            m.to_graph(&root),
+                        ),
                         Err(e) => ("dsl".into(), Err(e)),
                     });
                 }
@@ -142,7 +157,14 @@ impl Build {
         match errors.len() {
             0 => Ok(built),
             1 => Err(errors.pop().unwrap()),
-            _ => Err(Error::Model { model: "*".into(), detail: errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n") }),
+            _ => Err(Error::Model {
+                model: "*".into(),
+                detail: errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            }),
         }
     }
 
@@ -164,15 +186,29 @@ impl Build {
                 .flag_if_supported("-ffp-contract=fast")
                 .warnings(false)
                 .try_compile(&format!("collage_{symbol}"))
-                .map_err(|e| Error::CCompile { path: files[1].clone(), detail: e.to_string() })?;
+                .map_err(|e| Error::CCompile {
+                    path: files[1].clone(),
+                    detail: e.to_string(),
+                })?;
         }
-        Ok(BuiltModel { name: c.name.clone(), symbol: symbol.to_string(), arena_size: c.arena_size, weight_bytes: c.weights.len(), files })
+        Ok(BuiltModel {
+            name: c.name.clone(),
+            symbol: symbol.to_string(),
+            arena_size: c.arena_size,
+            weight_bytes: c.weights.len(),
+            files,
+        })
     }
 
     /// Compiles `model` and writes its generated sources (glue, C, weights, text IR) to `out`.
     pub fn emit_sources(model: &Path, out: &Path) -> Result<Vec<PathBuf>> {
         let g = crate::frontend::onnx::load(model)?;
-        let symbol = symbol_for(&model.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let symbol = symbol_for(
+            &model
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
         let c = crate::compile_graph(g, &symbol)?;
         std::fs::create_dir_all(out).map_err(io_err(out))?;
         let mut files = write_sources(&c, out)?;
@@ -187,8 +223,14 @@ impl Build {
 pub fn write_sources(c: &Compiled, out: &Path) -> Result<Vec<PathBuf>> {
     let weights_file = format!("{}.weights", c.symbol);
     let files = [
-        (out.join(format!("{}.rs", c.symbol)), crate::codegen::rust::emit(c, &weights_file).into_bytes()),
-        (out.join(format!("{}.c", c.symbol)), c.c_source.clone().into_bytes()),
+        (
+            out.join(format!("{}.rs", c.symbol)),
+            crate::codegen::rust::emit(c, &weights_file).into_bytes(),
+        ),
+        (
+            out.join(format!("{}.c", c.symbol)),
+            c.c_source.clone().into_bytes(),
+        ),
         (out.join(&weights_file), c.weights.clone()),
     ];
     for (p, bytes) in &files {

@@ -24,8 +24,19 @@ pub fn c_compiler() -> String {
 /// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise).
 pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
     let res = Command::new(c_compiler())
-        .args([opt, "-std=c99", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=fast"])
-        .args(if opt == "-O1" { &["-DCOLLAGE_NO_DISPATCH"][..] } else { &[][..] })
+        .args([
+            opt,
+            "-std=c99",
+            "-fPIC",
+            "-shared",
+            "-fno-math-errno",
+            "-ffp-contract=fast",
+        ])
+        .args(if opt == "-O1" {
+            &["-DCOLLAGE_NO_DISPATCH"][..]
+        } else {
+            &[][..]
+        })
         .arg("-o")
         .arg(out)
         .arg(c_path)

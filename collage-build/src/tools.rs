@@ -152,7 +152,7 @@ pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64) {
             }
             let err = (g - w).abs();
             max_err = max_err.max(if err.is_nan() { f64::INFINITY } else { err });
-            if !(err <= 1e-4 + 1e-3 * w.abs()) {
+            if err.is_nan() || err > 1e-4 + 1e-3 * w.abs() {
                 ok = false;
             }
         } else if got.get_i64(i) != want.get_i64(i) {

@@ -36,21 +36,43 @@ impl Parse for Binding {
 }
 
 fn sanitize(s: &str) -> String {
-    let mut s: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    let mut s: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, 'm');
     }
     s
 }
 
-fn expand(vis: &Visibility, name: &Ident, symbol: &str, span: proc_macro2::Span, missing_hint: String) -> proc_macro2::TokenStream {
+fn expand(
+    vis: &Visibility,
+    name: &Ident,
+    symbol: &str,
+    span: proc_macro2::Span,
+    missing_hint: String,
+) -> proc_macro2::TokenStream {
     if let Some(out) = std::env::var_os("OUT_DIR") {
-        let file = std::path::Path::new(&out).join("collage").join(format!("{symbol}.rs"));
+        let file = std::path::Path::new(&out)
+            .join("collage")
+            .join(format!("{symbol}.rs"));
         if !file.exists() {
-            return syn::Error::new(span, format!("{missing_hint} (no {})", file.display())).to_compile_error();
+            return syn::Error::new(span, format!("{missing_hint} (no {})", file.display()))
+                .to_compile_error();
         }
     } else {
-        return syn::Error::new(span, "OUT_DIR is not set: the crate needs a build.rs that runs collage_build::Build").to_compile_error();
+        return syn::Error::new(
+            span,
+            "OUT_DIR is not set: the crate needs a build.rs that runs collage_build::Build",
+        )
+        .to_compile_error();
     }
     let module = format_ident!("__collage_{}", name);
     let path = format!("/collage/{symbol}.rs");
@@ -77,11 +99,17 @@ pub fn model(input: TokenStream) -> TokenStream {
         return expand(&b.vis, &b.name, &symbol, b.path.span(), hint).into();
     }
     let def = parse_macro_input!(input as syntax::ModelDef);
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_default();
-    let weights: Option<Vec<String>> = def.items.iter().find_map(|it| match it {
-        syntax::Item::Weights(p) => Some(safetensors_names(&manifest.join(p.value()))),
-        _ => None,
-    }).flatten();
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let weights: Option<Vec<String>> = def
+        .items
+        .iter()
+        .find_map(|it| match it {
+            syntax::Item::Weights(p) => Some(safetensors_names(&manifest.join(p.value()))),
+            _ => None,
+        })
+        .flatten();
     let is_weight = |n: &str| weights.as_ref().map(|w| w.iter().any(|x| x == n));
     if let Err(e) = syntax::check(&def, &is_weight) {
         return e.to_compile_error().into();
@@ -89,7 +117,15 @@ pub fn model(input: TokenStream) -> TokenStream {
     for it in &def.items {
         if let syntax::Item::Weights(p) = it {
             if weights.is_none() {
-                return syn::Error::new(p.span(), format!("cannot read safetensors file {}", manifest.join(p.value()).display())).to_compile_error().into();
+                return syn::Error::new(
+                    p.span(),
+                    format!(
+                        "cannot read safetensors file {}",
+                        manifest.join(p.value()).display()
+                    ),
+                )
+                .to_compile_error()
+                .into();
             }
         }
     }
@@ -106,7 +142,8 @@ fn safetensors_names(path: &std::path::Path) -> Option<Vec<String>> {
     // The header is a JSON object whose keys are tensor names (plus "__metadata__"); every key is a
     // JSON string followed by `:` at nesting depth 1.
     let mut names = Vec::new();
-    let (mut depth, mut in_str, mut esc, mut cur, mut last_str) = (0, false, false, String::new(), None::<String>);
+    let (mut depth, mut in_str, mut esc, mut cur, mut last_str) =
+        (0, false, false, String::new(), None::<String>);
     for ch in header.chars() {
         if in_str {
             if esc {

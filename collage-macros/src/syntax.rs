@@ -133,19 +133,58 @@ impl DExpr {
 
 /// The DSL's functions: snake_case name → ONNX op type.
 pub const FUNCTIONS: &[(&str, &str)] = &[
-    ("abs", "Abs"), ("add", "Add"), ("average_pool", "AveragePool"), ("batch_norm", "BatchNormalization"),
-    ("cast", "Cast"), ("clip", "Clip"), ("concat", "Concat"), ("conv", "Conv"), ("div", "Div"),
-    ("elu", "Elu"), ("erf", "Erf"), ("exp", "Exp"), ("flatten", "Flatten"), ("gather", "Gather"),
-    ("gelu", "Gelu"), ("gemm", "Gemm"), ("global_average_pool", "GlobalAveragePool"),
-    ("global_max_pool", "GlobalMaxPool"), ("hard_sigmoid", "HardSigmoid"), ("hard_swish", "HardSwish"),
-    ("identity", "Identity"), ("layer_norm", "LayerNormalization"), ("leaky_relu", "LeakyRelu"),
-    ("log", "Log"), ("log_softmax", "LogSoftmax"), ("matmul", "MatMul"), ("max", "Max"),
-    ("max_pool", "MaxPool"), ("mean", "Mean"), ("min", "Min"), ("mul", "Mul"), ("neg", "Neg"),
-    ("pad", "Pad"), ("pow", "Pow"), ("reciprocal", "Reciprocal"), ("reduce_max", "ReduceMax"),
-    ("reduce_mean", "ReduceMean"), ("reduce_sum", "ReduceSum"), ("relu", "Relu"), ("reshape", "Reshape"),
-    ("sigmoid", "Sigmoid"), ("silu", "Swish"), ("slice", "Slice"), ("softmax", "Softmax"),
-    ("softplus", "Softplus"), ("split", "Split"), ("sqrt", "Sqrt"), ("squeeze", "Squeeze"),
-    ("sub", "Sub"), ("tanh", "Tanh"), ("transpose", "Transpose"), ("unsqueeze", "Unsqueeze"),
+    ("abs", "Abs"),
+    ("add", "Add"),
+    ("average_pool", "AveragePool"),
+    ("batch_norm", "BatchNormalization"),
+    ("cast", "Cast"),
+    ("clip", "Clip"),
+    ("concat", "Concat"),
+    ("conv", "Conv"),
+    ("div", "Div"),
+    ("elu", "Elu"),
+    ("erf", "Erf"),
+    ("exp", "Exp"),
+    ("flatten", "Flatten"),
+    ("gather", "Gather"),
+    ("gelu", "Gelu"),
+    ("gemm", "Gemm"),
+    ("global_average_pool", "GlobalAveragePool"),
+    ("global_max_pool", "GlobalMaxPool"),
+    ("hard_sigmoid", "HardSigmoid"),
+    ("hard_swish", "HardSwish"),
+    ("identity", "Identity"),
+    ("layer_norm", "LayerNormalization"),
+    ("leaky_relu", "LeakyRelu"),
+    ("log", "Log"),
+    ("log_softmax", "LogSoftmax"),
+    ("matmul", "MatMul"),
+    ("max", "Max"),
+    ("max_pool", "MaxPool"),
+    ("mean", "Mean"),
+    ("min", "Min"),
+    ("mul", "Mul"),
+    ("neg", "Neg"),
+    ("pad", "Pad"),
+    ("pow", "Pow"),
+    ("reciprocal", "Reciprocal"),
+    ("reduce_max", "ReduceMax"),
+    ("reduce_mean", "ReduceMean"),
+    ("reduce_sum", "ReduceSum"),
+    ("relu", "Relu"),
+    ("reshape", "Reshape"),
+    ("sigmoid", "Sigmoid"),
+    ("silu", "Swish"),
+    ("slice", "Slice"),
+    ("softmax", "Softmax"),
+    ("softplus", "Softplus"),
+    ("split", "Split"),
+    ("sqrt", "Sqrt"),
+    ("squeeze", "Squeeze"),
+    ("sub", "Sub"),
+    ("tanh", "Tanh"),
+    ("transpose", "Transpose"),
+    ("unsqueeze", "Unsqueeze"),
     ("where_", "Where"),
 ];
 
@@ -178,7 +217,10 @@ impl Parse for Item {
             input.parse::<Token![let]>()?;
             let name: Ident = input.parse()?;
             input.parse::<Token![=]>()?;
-            Item::Let { name, expr: parse_expr(input, 0)? }
+            Item::Let {
+                name,
+                expr: parse_expr(input, 0)?,
+            }
         } else if la.peek(Ident) {
             let kw: Ident = input.parse()?;
             match kw.to_string().as_str() {
@@ -187,20 +229,37 @@ impl Parse for Item {
                     input.parse::<Token![:]>()?;
                     let dtype: Ident = input.parse()?;
                     if !DTYPES.contains(&dtype.to_string().as_str()) {
-                        return Err(syn::Error::new(dtype.span(), format!("unknown element type `{dtype}`: expected one of {}", DTYPES.join(", "))));
+                        return Err(syn::Error::new(
+                            dtype.span(),
+                            format!(
+                                "unknown element type `{dtype}`: expected one of {}",
+                                DTYPES.join(", ")
+                            ),
+                        ));
                     }
                     let dims_tokens;
                     bracketed!(dims_tokens in input);
-                    let dims = dims_tokens.parse_terminated(LitInt::parse, Token![,])?.into_iter().collect();
+                    let dims = dims_tokens
+                        .parse_terminated(LitInt::parse, Token![,])?
+                        .into_iter()
+                        .collect();
                     Item::Input { name, dtype, dims }
                 }
                 "weights" => Item::Weights(input.parse()?),
                 "output" => {
                     let name: Ident = input.parse()?;
                     input.parse::<Token![=]>()?;
-                    Item::Output { name, expr: parse_expr(input, 0)? }
+                    Item::Output {
+                        name,
+                        expr: parse_expr(input, 0)?,
+                    }
                 }
-                other => return Err(syn::Error::new(kw.span(), format!("expected `input`, `weights`, `let` or `output`, found `{other}`"))),
+                other => {
+                    return Err(syn::Error::new(
+                        kw.span(),
+                        format!("expected `input`, `weights`, `let` or `output`, found `{other}`"),
+                    ))
+                }
             }
         } else {
             return Err(la.error());
@@ -288,7 +347,17 @@ fn parse_unary(input: ParseStream) -> syn::Result<DExpr> {
         return Ok(DExpr::Name(name));
     }
     if op_type_of(&name.to_string()).is_none() {
-        return Err(syn::Error::new(name.span(), format!("unknown function `{name}`; known: {}", FUNCTIONS.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", "))));
+        return Err(syn::Error::new(
+            name.span(),
+            format!(
+                "unknown function `{name}`; known: {}",
+                FUNCTIONS
+                    .iter()
+                    .map(|(f, _)| *f)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
     }
     let content;
     parenthesized!(content in input);
@@ -309,7 +378,11 @@ fn parse_unary(input: ParseStream) -> syn::Result<DExpr> {
             content.parse::<Token![,]>()?;
         }
     }
-    Ok(DExpr::Call { func: name, args, attrs })
+    Ok(DExpr::Call {
+        func: name,
+        args,
+        attrs,
+    })
 }
 
 fn parse_attr(input: ParseStream) -> syn::Result<AttrValue> {
@@ -325,7 +398,9 @@ fn parse_attr(input: ParseStream) -> syn::Result<AttrValue> {
     }
     let s = if neg { -1.0 } else { 1.0 };
     if input.peek(LitFloat) {
-        return Ok(AttrValue::Float(s * input.parse::<LitFloat>()?.base10_parse::<f64>()?));
+        return Ok(AttrValue::Float(
+            s * input.parse::<LitFloat>()?.base10_parse::<f64>()?,
+        ));
     }
     let l: LitInt = input.parse()?;
     Ok(AttrValue::Int(s as i64 * l.base10_parse::<i64>()?))
@@ -338,7 +413,12 @@ pub fn check(def: &ModelDef, is_weight: &dyn Fn(&str) -> Option<bool>) -> syn::R
     let mut defined: Vec<String> = Vec::new();
     let mut outputs = 0;
     let mut has_weights = false;
-    fn walk(e: &DExpr, defined: &[String], has_weights: bool, is_weight: &dyn Fn(&str) -> Option<bool>) -> syn::Result<()> {
+    fn walk(
+        e: &DExpr,
+        defined: &[String],
+        has_weights: bool,
+        is_weight: &dyn Fn(&str) -> Option<bool>,
+    ) -> syn::Result<()> {
         match e {
             DExpr::Name(n) => {
                 let s = n.to_string();
@@ -357,7 +437,9 @@ pub fn check(def: &ModelDef, is_weight: &dyn Fn(&str) -> Option<bool>) -> syn::R
                 walk(a, defined, has_weights, is_weight)?;
                 walk(b, defined, has_weights, is_weight)
             }
-            DExpr::Call { args, .. } => args.iter().try_for_each(|a| walk(a, defined, has_weights, is_weight)),
+            DExpr::Call { args, .. } => args
+                .iter()
+                .try_for_each(|a| walk(a, defined, has_weights, is_weight)),
         }
     }
     for it in &def.items {
@@ -378,12 +460,18 @@ pub fn check(def: &ModelDef, is_weight: &dyn Fn(&str) -> Option<bool>) -> syn::R
         }
         let s = name.to_string();
         if defined.contains(&s) {
-            return Err(syn::Error::new(name.span(), format!("`{s}` is defined twice")));
+            return Err(syn::Error::new(
+                name.span(),
+                format!("`{s}` is defined twice"),
+            ));
         }
         defined.push(s);
     }
     if outputs == 0 {
-        return Err(syn::Error::new(def.name.span(), format!("model `{}` has no `output`", def.name)));
+        return Err(syn::Error::new(
+            def.name.span(),
+            format!("model `{}` has no `output`", def.name),
+        ));
     }
     Ok(())
 }

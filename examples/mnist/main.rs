@@ -9,7 +9,9 @@ fn main() {
     let mut model = Mnist::new();
     let x = sample_digit();
     let logits: &[[f32; 10]; 1] = model.run(&x);
-    let class = (0..10).max_by(|&a, &b| logits[0][a].total_cmp(&logits[0][b])).unwrap();
+    let class = (0..10)
+        .max_by(|&a, &b| logits[0][a].total_cmp(&logits[0][b]))
+        .unwrap();
     println!("logits: {:?}", logits[0]);
     println!("predicted class: {class}");
 
@@ -19,5 +21,8 @@ fn main() {
         std::hint::black_box(model.run(std::hint::black_box(&x)));
     }
     let per = start.elapsed().as_secs_f64() * 1e6 / runs as f64;
-    println!("latency: {per:.1} us per run (mean of {runs}, 1 thread, arena {} bytes)", Mnist::ARENA_SIZE);
+    println!(
+        "latency: {per:.1} us per run (mean of {runs}, 1 thread, arena {} bytes)",
+        Mnist::ARENA_SIZE
+    );
 }

@@ -231,7 +231,9 @@ fn coef(e: &Expr, v: u32) -> Option<i64> {
         Expr::Bin(BinOp::Add, a, b) => Some(coef(a, v)? + coef(b, v)?),
         Expr::Bin(BinOp::Sub, a, b) => Some(coef(a, v)? - coef(b, v)?),
         Expr::Bin(BinOp::Mul, a, b) => match (a.as_ref(), b.as_ref()) {
-            (x, Expr::Const(c)) | (Expr::Const(c), x) if c.dtype() == DType::I64 => Some(coef(x, v)? * c.as_i64()),
+            (x, Expr::Const(c)) | (Expr::Const(c), x) if c.dtype() == DType::I64 => {
+                Some(coef(x, v)? * c.as_i64())
+            }
             _ => {
                 let (ca, cb) = (coef(a, v)?, coef(b, v)?);
                 (ca == 0 && cb == 0).then_some(0)
@@ -253,7 +255,9 @@ fn contiguous_along(p: &Program, body: &Expr, v: u32) -> bool {
         let c = match e {
             Expr::Load(Src::Buf(b), idx) => {
                 let st = strides(&p.bufs[*b as usize].ty.shape);
-                idx.iter().zip(&st).try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
+                idx.iter()
+                    .zip(&st)
+                    .try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
             }
             Expr::LoadFlat(_, f) => coef(f, v),
             _ => None,
@@ -295,7 +299,11 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     out.push_str("\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)\n#define CL_DISPATCH 1\n#endif\n");
     out.push_str("\n#ifdef CL_DISPATCH\n");
     for (suffix, target, _) in VARIANTS {
-        writeln!(out, "#pragma GCC push_options\n#pragma GCC target(\"{target}\")").unwrap();
+        writeln!(
+            out,
+            "#pragma GCC push_options\n#pragma GCC target(\"{target}\")"
+        )
+        .unwrap();
         emit_variant(&mut out, p, places, suffix);
         out.push_str("#pragma GCC pop_options\n");
     }
@@ -304,7 +312,11 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
     out.push_str("#ifdef CL_DISPATCH\n");
     for (suffix, _, cond) in VARIANTS {
-        writeln!(out, "    if ({cond}) {{\n        run{suffix}(rt, A, W, I);\n        return;\n    }}").unwrap();
+        writeln!(
+            out,
+            "    if ({cond}) {{\n        run{suffix}(rt, A, W, I);\n        return;\n    }}"
+        )
+        .unwrap();
     }
     out.push_str("#endif\n    run(rt, A, W, I);\n}\n");
     out
@@ -313,13 +325,19 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
 fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str) {
     let mut calls = String::new();
     for (i, b) in p.bufs.iter().enumerate() {
-        let BufKind::Stage(st) = &b.kind else { continue };
+        let BufKind::Stage(st) = &b.kind else {
+            continue;
+        };
         let (fname, n_outer, parallel) = emit_stage(out, p, places, i as u32, st, suffix);
         if n_outer == 0 {
             continue;
         }
         if parallel {
-            writeln!(calls, "    rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);").unwrap();
+            writeln!(
+                calls,
+                "    rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);"
+            )
+            .unwrap();
         } else {
             writeln!(calls, "    {fname}(&ctx, 0, {n_outer});").unwrap();
         }
@@ -345,7 +363,11 @@ fn emit_stage(
         && rank >= 1
         && (4..=MAX_ACC_ROW).contains(&shape[rank - 1])
         && contiguous_along(p, &st.body, rank as u32 - 1);
-    let nd = if row_reduce { outer_dims(shape).min(rank - 1) } else { outer_dims(shape) };
+    let nd = if row_reduce {
+        outer_dims(shape).min(rank - 1)
+    } else {
+        outer_dims(shape)
+    };
     let n_outer: usize = shape[..nd].iter().product();
     let parallel = st.work() >= PARALLEL_WORK && n_outer > 1;
     let em = Emitter {
@@ -422,7 +444,12 @@ fn emit_stage(
             let n = shape[l];
             let s = suffix(st.ty.dtype);
             writeln!(out, "{indent}{cty} accv[{n}];").unwrap();
-            writeln!(out, "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accv[i{l}] = {};", scalar(r.op.init(st.ty.dtype))).unwrap();
+            writeln!(
+                out,
+                "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accv[i{l}] = {};",
+                scalar(r.op.init(st.ty.dtype))
+            )
+            .unwrap();
             let mut ri = indent.clone();
             for (k, &e) in r.extents.iter().enumerate() {
                 writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
@@ -440,7 +467,11 @@ fn emit_stage(
                 ri.truncate(ri.len() - 4);
                 writeln!(out, "{ri}}}").unwrap();
             }
-            let fin = r.finalize.as_ref().map(|f| em.expr(f)).unwrap_or_else(|| "acc".into());
+            let fin = r
+                .finalize
+                .as_ref()
+                .map(|f| em.expr(f))
+                .unwrap_or_else(|| "acc".into());
             writeln!(out, "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accv[i{l}]; b{id}[{flat_out}] = {fin}; }}").unwrap();
         }
         Some(r) => {

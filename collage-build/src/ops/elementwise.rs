@@ -119,7 +119,10 @@ impl Operator for Ew {
     fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<crate::te::Src>> {
         let out = cx.output(0).clone();
         let args: Vec<Option<Expr>> = (0..cx.inputs.len())
-            .map(|i| (cx.has(i) && !(self.op_type == "CastLike" && i == 1)).then(|| cx.load_bcast(i, &out.shape)))
+            .map(|i| {
+                (cx.has(i) && !(self.op_type == "CastLike" && i == 1))
+                    .then(|| cx.load_bcast(i, &out.shape))
+            })
             .collect();
         let body = (self.f)(self, &args, out.dtype);
         Ok(vec![cx.stage(out, body)])

@@ -11,6 +11,7 @@ pub fn run(g: &mut Graph) -> Result<()> {
     let consumers = g.consumers();
     let producers = g.producers();
     let mut remove = vec![false; g.nodes.len()];
+    #[allow(clippy::needless_range_loop)] // nodes are re-borrowed mutably inside
     for bi in 0..g.nodes.len() {
         let Some(eps) = batchnorm_epsilon(g.nodes[bi].op.as_ref()) else {
             continue;

@@ -33,7 +33,13 @@ pub fn symbol_for_dsl(name: &str) -> String {
 
 fn dsl_err(file: &Path, model: &str, e: &syn::Error) -> Error {
     let start = e.span().start();
-    Error::Dsl { file: file.display().to_string(), line: start.line, column: start.column + 1, model: model.to_string(), detail: e.to_string() }
+    Error::Dsl {
+        file: file.display().to_string(),
+        line: start.line,
+        column: start.column + 1,
+        model: model.to_string(),
+        detail: e.to_string(),
+    }
 }
 
 struct MacroFinder {
@@ -63,7 +69,9 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<(PathBuf, Vec<Result<Found>>)>> {
         if !text.contains("model!") {
             continue;
         }
-        let Ok(parsed) = syn::parse_file(&text) else { continue };
+        let Ok(parsed) = syn::parse_file(&text) else {
+            continue;
+        };
         let mut finder = MacroFinder { found: vec![] };
         finder.visit_file(&parsed);
         let models = finder
@@ -71,8 +79,13 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<(PathBuf, Vec<Result<Found>>)>> {
             .into_iter()
             .map(|tokens| match syn::parse2::<ModelDef>(tokens.clone()) {
                 Ok(def) => {
-                    syntax::check(&def, &|_| None).map_err(|e| dsl_err(&f, &def.name.to_string(), &e))?;
-                    Ok(Found { name: def.name.to_string(), file: f.clone(), def })
+                    syntax::check(&def, &|_| None)
+                        .map_err(|e| dsl_err(&f, &def.name.to_string(), &e))?;
+                    Ok(Found {
+                        name: def.name.to_string(),
+                        file: f.clone(),
+                        def,
+                    })
                 }
                 Err(e) => Err(dsl_err(&f, "?", &e)),
             })
@@ -113,29 +126,65 @@ impl Builder<'_> {
         if let Some((_, v)) = self.names.iter().rev().find(|(n, _)| *n == name) {
             return Ok(*v);
         }
-        let (path, st) = self.weights.as_ref().ok_or_else(|| self.err(id.span(), format!("`{name}` is not defined")))?;
-        let view = st.tensor(&name).map_err(|_| self.err(id.span(), format!("`{name}` is not an input, a `let`, or a tensor of {}", path.display())))?;
+        let (path, st) = self
+            .weights
+            .as_ref()
+            .ok_or_else(|| self.err(id.span(), format!("`{name}` is not defined")))?;
+        let view = st.tensor(&name).map_err(|_| {
+            self.err(
+                id.span(),
+                format!(
+                    "`{name}` is not an input, a `let`, or a tensor of {}",
+                    path.display()
+                ),
+            )
+        })?;
         let dtype = match view.dtype() {
             safetensors::Dtype::F32 => DType::F32,
             safetensors::Dtype::F64 => DType::F64,
             safetensors::Dtype::I32 => DType::I32,
             safetensors::Dtype::I64 => DType::I64,
             safetensors::Dtype::BOOL => DType::Bool,
-            other => return Err(self.err(id.span(), format!("weight `{name}` has unsupported dtype {other:?}"))),
+            other => {
+                return Err(self.err(
+                    id.span(),
+                    format!("weight `{name}` has unsupported dtype {other:?}"),
+                ))
+            }
         };
-        let t = Tensor::from_bytes(TensorType::new(dtype, view.shape()), view.data().to_vec()).ok_or_else(|| self.err(id.span(), format!("weight `{name}`: data size does not match its shape")))?;
+        let t = Tensor::from_bytes(TensorType::new(dtype, view.shape()), view.data().to_vec())
+            .ok_or_else(|| {
+                self.err(
+                    id.span(),
+                    format!("weight `{name}`: data size does not match its shape"),
+                )
+            })?;
         let v = self.g.add_const(name.clone(), t);
         self.names.push((name, v));
         Ok(v)
     }
 
-    fn node(&mut self, op_type: &str, attrs: Attrs, inputs: Vec<ValueId>, span: proc_macro2::Span) -> Result<ValueId> {
-        let ctor = ops::lookup(op_type).ok_or_else(|| self.err(span, format!("operator {op_type} is not supported")))?;
-        let op = ctor(&OpCx { attrs: &attrs, opset: 21, n_inputs: inputs.len(), n_outputs: 1 }).map_err(|e| self.err(span, e.to_string()))?;
+    fn node(
+        &mut self,
+        op_type: &str,
+        attrs: Attrs,
+        inputs: Vec<ValueId>,
+        span: proc_macro2::Span,
+    ) -> Result<ValueId> {
+        let ctor = ops::lookup(op_type)
+            .ok_or_else(|| self.err(span, format!("operator {op_type} is not supported")))?;
+        let op = ctor(&OpCx {
+            attrs: &attrs,
+            opset: 21,
+            n_inputs: inputs.len(),
+            n_outputs: 1,
+        })
+        .map_err(|e| self.err(span, e.to_string()))?;
         self.counter += 1;
         let name = format!("{op_type}_{}", self.counter);
         let out = self.g.add_value(format!("{name}_out"), None);
-        self.g.add_node(name, op, inputs.into_iter().map(Some).collect(), vec![out]);
+        self.g
+            .add_node(name, op, inputs.into_iter().map(Some).collect(), vec![out]);
         Ok(out)
     }
 
@@ -143,7 +192,9 @@ impl Builder<'_> {
         use syntax::DExpr as D;
         match e {
             D::Name(id) => self.lookup(id),
-            D::Num(v, _) => Ok(self.g.add_const("scalar", Tensor::from_f32(&[], &[*v as f32]))),
+            D::Num(v, _) => Ok(self
+                .g
+                .add_const("scalar", Tensor::from_f32(&[], &[*v as f32]))),
             D::List(v, _) => Ok(self.g.add_const("list", Tensor::from_i64(&[v.len()], v))),
             D::Neg(a, span) => {
                 let a = self.expr(a)?;
@@ -154,8 +205,12 @@ impl Builder<'_> {
                 self.node(k.op_type(), Attrs::default(), vec![a, b], *span)
             }
             D::Call { func, args, attrs } => {
-                let op_type = syntax::op_type_of(&func.to_string()).ok_or_else(|| self.err(func.span(), format!("unknown function `{func}`")))?;
-                let inputs = args.iter().map(|a| self.expr(a)).collect::<Result<Vec<_>>>()?;
+                let op_type = syntax::op_type_of(&func.to_string())
+                    .ok_or_else(|| self.err(func.span(), format!("unknown function `{func}`")))?;
+                let inputs = args
+                    .iter()
+                    .map(|a| self.expr(a))
+                    .collect::<Result<Vec<_>>>()?;
                 let mut m = std::collections::BTreeMap::new();
                 for (k, v) in attrs {
                     let a = match v {
@@ -184,16 +239,37 @@ impl Found {
             }
         }
         let weights = match &weight_bytes {
-            Some((p, b)) => Some((p.clone(), safetensors::SafeTensors::deserialize(b).map_err(|e| Error::Decode { path: p.clone(), detail: format!("not a safetensors file: {e}") })?)),
+            Some((p, b)) => Some((
+                p.clone(),
+                safetensors::SafeTensors::deserialize(b).map_err(|e| Error::Decode {
+                    path: p.clone(),
+                    detail: format!("not a safetensors file: {e}"),
+                })?,
+            )),
             None => None,
         };
-        let mut b = Builder { g: Graph::new(self.name.clone()), names: vec![], weights, file: self.file.clone(), model: self.name.clone(), counter: 0 };
+        let mut b = Builder {
+            g: Graph::new(self.name.clone()),
+            names: vec![],
+            weights,
+            file: self.file.clone(),
+            model: self.name.clone(),
+            counter: 0,
+        };
         for it in &self.def.items {
             match it {
                 syntax::Item::Input { name, dtype, dims } => {
-                    let d = DType::parse(&dtype.to_string()).ok_or_else(|| b.err(dtype.span(), format!("unknown dtype `{dtype}`")))?;
-                    let shape = dims.iter().map(|l| l.base10_parse::<usize>().map_err(|e| b.err(l.span(), e.to_string()))).collect::<Result<Vec<_>>>()?;
-                    let v = b.g.add_value(name.to_string(), Some(TensorType::new(d, shape)));
+                    let d = DType::parse(&dtype.to_string())
+                        .ok_or_else(|| b.err(dtype.span(), format!("unknown dtype `{dtype}`")))?;
+                    let shape = dims
+                        .iter()
+                        .map(|l| {
+                            l.base10_parse::<usize>()
+                                .map_err(|e| b.err(l.span(), e.to_string()))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let v =
+                        b.g.add_value(name.to_string(), Some(TensorType::new(d, shape)));
                     b.g.inputs.push(v);
                     b.names.push((name.to_string(), v));
                 }
