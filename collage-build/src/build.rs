@@ -184,6 +184,7 @@ impl Build {
                 .opt_level(3)
                 .flag_if_supported("-fno-math-errno")
                 .flag_if_supported("-ffp-contract=fast")
+                .flag_if_supported("-fopenmp-simd")
                 .warnings(false)
                 .try_compile(&format!("collage_{symbol}"))
                 .map_err(|e| Error::CCompile {

@@ -363,12 +363,12 @@ fn emit_stage(
         && rank >= 1
         && (4..=MAX_ACC_ROW).contains(&shape[rank - 1])
         && contiguous_along(p, &st.body, rank as u32 - 1);
-    let nd = if row_reduce {
-        outer_dims(shape).min(rank - 1)
-    } else {
-        outer_dims(shape)
+    let nd = outer_dims(shape);
+    let row = row_reduce.then(|| RowPlan::new(p, st));
+    let n_outer: usize = match &row {
+        Some(rp) => rp.n_outer,
+        None => shape[..nd].iter().product(),
     };
-    let n_outer: usize = shape[..nd].iter().product();
     let parallel = st.work() >= PARALLEL_WORK && n_outer > 1;
     let em = Emitter {
         p,
@@ -408,6 +408,10 @@ fn emit_stage(
         }
     }
     writeln!(out, "{}", ptr(id, false)).unwrap();
+    if let Some(rp) = &row {
+        rp.emit(out, &em, id, st);
+        return (fname, n_outer, parallel);
+    }
     let st_strides = strides(shape);
     writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
     // Unravel the flattened outer index.
@@ -421,7 +425,7 @@ fn emit_stage(
         }
     }
     let mut indent = "        ".to_string();
-    let loop_dims = if row_reduce { rank - 1 } else { rank };
+    let loop_dims = rank;
     for (k, &d) in shape.iter().enumerate().take(loop_dims).skip(nd) {
         writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
         indent.push_str("    ");
@@ -439,41 +443,6 @@ fn emit_stage(
     let cty = st.ty.dtype.c_type();
     match &st.reduce {
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&st.body)).unwrap(),
-        Some(r) if row_reduce => {
-            let l = rank - 1;
-            let n = shape[l];
-            let s = suffix(st.ty.dtype);
-            writeln!(out, "{indent}{cty} accv[{n}];").unwrap();
-            writeln!(
-                out,
-                "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accv[i{l}] = {};",
-                scalar(r.op.init(st.ty.dtype))
-            )
-            .unwrap();
-            let mut ri = indent.clone();
-            for (k, &e) in r.extents.iter().enumerate() {
-                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-                ri.push_str("    ");
-            }
-            let v = em.expr(&st.body);
-            let upd = match r.op {
-                RedOp::Sum => format!("accv[i{l}] += {v};"),
-                RedOp::Prod => format!("accv[i{l}] *= {v};"),
-                RedOp::Max => format!("accv[i{l}] = cl_max_{s}(accv[i{l}], {v});"),
-                RedOp::Min => format!("accv[i{l}] = cl_min_{s}(accv[i{l}], {v});"),
-            };
-            writeln!(out, "{ri}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {upd}").unwrap();
-            for _ in &r.extents {
-                ri.truncate(ri.len() - 4);
-                writeln!(out, "{ri}}}").unwrap();
-            }
-            let fin = r
-                .finalize
-                .as_ref()
-                .map(|f| em.expr(f))
-                .unwrap_or_else(|| "acc".into());
-            writeln!(out, "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accv[i{l}]; b{id}[{flat_out}] = {fin}; }}").unwrap();
-        }
         Some(r) => {
             writeln!(
                 out,
@@ -482,7 +451,15 @@ fn emit_stage(
             )
             .unwrap();
             let mut ri = indent.clone();
+            let last_r = r.extents.len().saturating_sub(1);
+            let simd = r.op == RedOp::Sum
+                && st.ty.dtype.is_float()
+                && !r.extents.is_empty()
+                && contiguous_along_r(p, &st.body, last_r as u32);
             for (k, &e) in r.extents.iter().enumerate() {
+                if simd && k == last_r {
+                    writeln!(out, "{ri}#pragma omp simd reduction(+:acc)").unwrap();
+                }
                 writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
                 ri.push_str("    ");
             }
@@ -513,4 +490,300 @@ fn emit_stage(
     }
     writeln!(out, "    }}\n}}").unwrap();
     (fname, n_outer, parallel)
+}
+
+/// True if some load in `body` walks its source with stride 1 along reduction variable `r`.
+fn contiguous_along_r(p: &Program, body: &Expr, r: u32) -> bool {
+    // Rename RVar(r) to a fresh Var and reuse the output-dimension analysis.
+    const FRESH: u32 = u32::MAX - 1;
+    let renamed = body.rewrite(&mut |e| match e {
+        Expr::RVar(k) if *k == r => Some(Expr::Var(FRESH)),
+        _ => None,
+    });
+    contiguous_along(p, &renamed, FRESH)
+}
+
+fn uses_var(e: &Expr, v: u32) -> bool {
+    let mut uses = false;
+    e.visit(&mut |x| uses |= *x == Expr::Var(v));
+    uses
+}
+
+/// Bounds on the row variable implied by a guard `select(cond, value, identity)`: the loop runs
+/// over `[lo, hi)` only, and conjuncts that do not involve the row variable are hoisted.
+struct Guard {
+    lo: Vec<Expr>,
+    hi: Vec<Expr>,
+    hoisted: Vec<Expr>,
+    value: Expr,
+}
+
+fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
+    match c {
+        Expr::Bin(BinOp::And, a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        Expr::Cast(DType::Bool, a) => conjuncts(a, out),
+        other => out.push(other.clone()),
+    }
+}
+
+fn guard(body: &Expr, op: RedOp, dtype: DType, v: u32, rank: usize) -> Option<Guard> {
+    let Expr::Select(c, a, b) = body else {
+        return None;
+    };
+    let Expr::Const(z) = b.as_ref() else {
+        return None;
+    };
+    if *z != op.init(dtype) && !(op == RedOp::Sum && z.is_zero()) {
+        return None;
+    }
+    let mut cs = Vec::new();
+    conjuncts(c, &mut cs);
+    let mut g = Guard {
+        lo: vec![],
+        hi: vec![],
+        hoisted: vec![],
+        value: (**a).clone(),
+    };
+    let zero: Vec<Expr> = (0..rank)
+        .map(|k| {
+            if k as u32 == v {
+                Expr::i(0)
+            } else {
+                Expr::var(k)
+            }
+        })
+        .collect();
+    for t in cs {
+        let Expr::Bin(cmp @ (BinOp::Ge | BinOp::Gt | BinOp::Lt | BinOp::Le), l, r) = &t else {
+            if uses_var(&t, v) {
+                return None;
+            }
+            g.hoisted.push(t);
+            continue;
+        };
+        let d = (**l).clone().sub((**r).clone());
+        match coef(&d, v) {
+            Some(0) if !uses_var(&d, v) => g.hoisted.push(t.clone()),
+            Some(1) => {
+                // v + d0 (cmp) 0
+                let neg = Expr::i(0).sub(d.subst_vars(&zero));
+                match cmp {
+                    BinOp::Ge => g.lo.push(neg),
+                    BinOp::Gt => g.lo.push(neg.add(Expr::i(1))),
+                    BinOp::Lt => g.hi.push(neg),
+                    _ => g.hi.push(neg.add(Expr::i(1))),
+                }
+            }
+            Some(-1) => {
+                // d0 - v (cmp) 0
+                let d0 = d.subst_vars(&zero);
+                match cmp {
+                    BinOp::Ge => g.hi.push(d0.add(Expr::i(1))),
+                    BinOp::Gt => g.hi.push(d0),
+                    BinOp::Lt => g.lo.push(d0.add(Expr::i(1))),
+                    _ => g.lo.push(d0),
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(g)
+}
+
+/// The row-reduction schedule: the contiguous last output dimension innermost with a row of
+/// accumulators, optionally several rows at once along a dimension the contiguous loads do not
+/// depend on ("unroll and jam", so each loaded row is reused), and guards turned into loop bounds.
+struct RowPlan {
+    /// The row dimension (the last).
+    v: usize,
+    /// The jammed dimension and factor.
+    jam: Option<(usize, usize)>,
+    /// Dimensions of the flattened outer loop, outermost first (the jammed one counts in blocks).
+    outer: Vec<usize>,
+    n_outer: usize,
+    guard: Option<Guard>,
+}
+
+/// Largest accumulator block (bytes) kept on the stack.
+const MAX_ACC_BYTES: usize = 64 * 1024;
+
+impl RowPlan {
+    fn new(p: &Program, st: &Stage) -> RowPlan {
+        let shape = &st.ty.shape;
+        let rank = shape.len();
+        let v = rank - 1;
+        let r = st.reduce.as_ref().expect("a reduction");
+        let guard = guard(&st.body, r.op, st.ty.dtype, v as u32, rank);
+        let value = guard.as_ref().map_or(&st.body, |g| &g.value);
+        // Loads that walk the row: the jammed dimension must not appear in them.
+        let mut row_loads = Vec::new();
+        value.visit(&mut |e| {
+            if let Expr::Load(Src::Buf(b), idx) = e {
+                let strides = strides(&p.bufs[*b as usize].ty.shape);
+                let c = idx.iter().zip(&strides).try_fold(0i64, |acc, (ie, &s)| {
+                    Some(acc + coef(ie, v as u32)? * s as i64)
+                });
+                if c == Some(1) {
+                    row_loads.push(e.clone());
+                }
+            }
+        });
+        let row_bytes = shape[v] * st.ty.dtype.size();
+        let mut jam = None;
+        for k in (0..v).rev() {
+            let free = row_loads.iter().all(|l| !uses_var(l, k as u32))
+                && guard.as_ref().is_none_or(|g| {
+                    g.lo.iter()
+                        .chain(&g.hi)
+                        .chain(&g.hoisted)
+                        .all(|e| !uses_var(e, k as u32))
+                });
+            if !free || shape[k] < 2 {
+                continue;
+            }
+            if let Some(j) = [4usize, 3, 2]
+                .into_iter()
+                .find(|j| shape[k] % j == 0 && j * row_bytes <= MAX_ACC_BYTES)
+            {
+                jam = Some((k, j));
+                break;
+            }
+        }
+        let outer: Vec<usize> = (0..v).collect();
+        let n_outer = outer
+            .iter()
+            .map(|&k| {
+                if jam.is_some_and(|(jk, _)| jk == k) {
+                    shape[k] / jam.unwrap().1
+                } else {
+                    shape[k]
+                }
+            })
+            .product();
+        RowPlan {
+            v,
+            jam,
+            outer,
+            n_outer,
+            guard,
+        }
+    }
+
+    fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+        let shape = &st.ty.shape;
+        let r = st.reduce.as_ref().unwrap();
+        let (v, n) = (self.v, shape[self.v]);
+        let cty = st.ty.dtype.c_type();
+        let s = suffix(st.ty.dtype);
+        let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
+        writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+        let mut rem = "o".to_string();
+        for (pos, &k) in self.outer.iter().enumerate().rev() {
+            let ext = if k == jk { shape[k] / jn } else { shape[k] };
+            let scale = if k == jk {
+                format!(" * {jn}")
+            } else {
+                String::new()
+            };
+            if pos == 0 {
+                writeln!(out, "        const int64_t i{k} = ({rem}){scale};").unwrap();
+            } else {
+                writeln!(out, "        const int64_t i{k} = ({rem} % {ext}){scale};").unwrap();
+                rem = format!("({rem} / {ext})");
+            }
+        }
+        let init = scalar(r.op.init(st.ty.dtype));
+        writeln!(out, "        {cty} accv[{jn}][{n}];").unwrap();
+        writeln!(out, "        for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {n}; ++i{v}) accv[j][i{v}] = {init};").unwrap();
+        let mut ri = "        ".to_string();
+        for (k, &e) in r.extents.iter().enumerate() {
+            writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+            ri.push_str("    ");
+        }
+        let jammed = |e: &Expr, j: usize| -> Expr {
+            if self.jam.is_none() {
+                return e.clone();
+            }
+            let vars: Vec<Expr> = (0..shape.len())
+                .map(|k| {
+                    if k == jk {
+                        Expr::var(k).add(Expr::i(j as i64))
+                    } else {
+                        Expr::var(k)
+                    }
+                })
+                .collect();
+            e.subst_vars(&vars)
+        };
+        let (value, lo, hi) = match &self.guard {
+            Some(g) => {
+                let mut lo = "0".to_string();
+                for e in &g.lo {
+                    let x = em.expr(e);
+                    lo = format!("cl_max_i64({lo}, {x})");
+                }
+                let mut hi = format!("{n}");
+                for e in &g.hi {
+                    let x = em.expr(e);
+                    hi = format!("cl_min_i64({hi}, {x})");
+                }
+                if !g.hoisted.is_empty() {
+                    let c = g
+                        .hoisted
+                        .iter()
+                        .map(|e| em.expr(e))
+                        .collect::<Vec<_>>()
+                        .join(" && ");
+                    writeln!(out, "{ri}if (!({c})) continue;").unwrap();
+                }
+                (&g.value, lo, hi)
+            }
+            None => (&st.body, "0".to_string(), format!("{n}")),
+        };
+        writeln!(out, "{ri}const int64_t lo = {lo}, hi = {hi};").unwrap();
+        writeln!(out, "{ri}for (int64_t i{v} = lo; i{v} < hi; ++i{v}) {{").unwrap();
+        for j in 0..jn {
+            let x = em.expr(&jammed(value, j));
+            let upd = match r.op {
+                RedOp::Sum => format!("accv[{j}][i{v}] += {x};"),
+                RedOp::Prod => format!("accv[{j}][i{v}] *= {x};"),
+                RedOp::Max => format!("accv[{j}][i{v}] = cl_max_{s}(accv[{j}][i{v}], {x});"),
+                RedOp::Min => format!("accv[{j}][i{v}] = cl_min_{s}(accv[{j}][i{v}], {x});"),
+            };
+            writeln!(out, "{ri}    {upd}").unwrap();
+        }
+        writeln!(out, "{ri}}}").unwrap();
+        for _ in &r.extents {
+            ri.truncate(ri.len() - 4);
+            writeln!(out, "{ri}}}").unwrap();
+        }
+        let st_strides = strides(shape);
+        for j in 0..jn {
+            let flat: Vec<String> = (0..shape.len())
+                .filter(|&k| shape[k] != 1)
+                .map(|k| {
+                    if k == jk {
+                        format!("(i{k} + {j}) * {}", st_strides[k])
+                    } else {
+                        format!("i{k} * {}", st_strides[k])
+                    }
+                })
+                .collect();
+            let flat = if flat.is_empty() {
+                "0".to_string()
+            } else {
+                flat.join(" + ")
+            };
+            let fin = r
+                .finalize
+                .as_ref()
+                .map(|f| em.expr(&jammed(f, j)))
+                .unwrap_or_else(|| "acc".into());
+            writeln!(out, "        for (int64_t i{v} = 0; i{v} < {n}; ++i{v}) {{ const {cty} acc = accv[{j}][i{v}]; b{id}[{flat}] = {fin}; }}").unwrap();
+        }
+        writeln!(out, "    }}\n}}").unwrap();
+    }
 }
