@@ -72,8 +72,18 @@ enum Cmd {
     },
 }
 
+/// The scratch folder of a command; `COLLAGE_WORK_DIR` pins it (and keeps it, e.g. for profiling).
 fn work_dir(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("collage-{tag}-{}", std::process::id()))
+    match std::env::var_os("COLLAGE_WORK_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::temp_dir().join(format!("collage-{tag}-{}", std::process::id())),
+    }
+}
+
+fn remove_work(dir: &Path) {
+    if std::env::var_os("COLLAGE_WORK_DIR").is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 fn main() -> ExitCode {
@@ -104,7 +114,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             let work = work_dir("run");
             let checks =
                 tools::run_on_data(&model, &data, &work, true, &Executor::with_threads(threads));
-            let _ = std::fs::remove_dir_all(&work);
+            remove_work(&work);
             let mut ok = true;
             for c in checks? {
                 if c.pass {
@@ -132,7 +142,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             };
             let work = work_dir("conformance");
             let results = tools::conformance(&dir, jobs, filter.as_deref(), &work)?;
-            let _ = std::fs::remove_dir_all(&work);
+            remove_work(&work);
             let (mut passed, mut failed, mut xfail, mut xpass) = (0, 0, 0, 0);
             for r in &results {
                 let is_expected = expected.iter().any(|n| n == &r.name);
@@ -189,7 +199,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 Duration::from_secs_f64(seconds),
                 &work,
             );
-            let _ = std::fs::remove_dir_all(&work);
+            remove_work(&work);
             let r = r?;
             let name = model
                 .file_stem()

@@ -601,6 +601,8 @@ struct RowPlan {
     v: usize,
     /// The jammed dimension and factor.
     jam: Option<(usize, usize)>,
+    /// Row elements per tile (the accumulators of one tile stay in L1).
+    tile: usize,
     /// Dimensions of the flattened outer loop, outermost first (the jammed one counts in blocks).
     outer: Vec<usize>,
     n_outer: usize,
@@ -646,26 +648,33 @@ impl RowPlan {
             }
             if let Some(j) = [4usize, 3, 2]
                 .into_iter()
-                .find(|j| shape[k] % j == 0 && j * row_bytes <= MAX_ACC_BYTES)
+                .find(|j| shape[k].is_multiple_of(*j) && j * row_bytes <= MAX_ACC_BYTES)
             {
                 jam = Some((k, j));
                 break;
             }
         }
         let outer: Vec<usize> = (0..v).collect();
+        let jn = jam.map_or(1, |(_, j)| j);
+        // Tiles of the row small enough that jn rows of accumulators fit in 8 KiB.
+        let per_tile = ((8192 / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
+        let tile = shape[v].min(per_tile);
+        let n_tiles = shape[v].div_ceil(tile);
         let n_outer = outer
             .iter()
             .map(|&k| {
                 if jam.is_some_and(|(jk, _)| jk == k) {
-                    shape[k] / jam.unwrap().1
+                    shape[k] / jn
                 } else {
                     shape[k]
                 }
             })
-            .product();
+            .product::<usize>()
+            * n_tiles;
         RowPlan {
             v,
             jam,
+            tile,
             outer,
             n_outer,
             guard,
@@ -679,8 +688,11 @@ impl RowPlan {
         let cty = st.ty.dtype.c_type();
         let s = suffix(st.ty.dtype);
         let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
+        let t = self.tile;
+        let n_tiles = n.div_ceil(t);
         writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
-        let mut rem = "o".to_string();
+        writeln!(out, "        const int64_t t0 = (o % {n_tiles}) * {t}, t1 = t0 + {t} < {n} ? t0 + {t} : {n};").unwrap();
+        let mut rem = format!("(o / {n_tiles})");
         for (pos, &k) in self.outer.iter().enumerate().rev() {
             let ext = if k == jk { shape[k] / jn } else { shape[k] };
             let scale = if k == jk {
@@ -696,8 +708,8 @@ impl RowPlan {
             }
         }
         let init = scalar(r.op.init(st.ty.dtype));
-        writeln!(out, "        {cty} accv[{jn}][{n}];").unwrap();
-        writeln!(out, "        for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {n}; ++i{v}) accv[j][i{v}] = {init};").unwrap();
+        writeln!(out, "        {cty} accv[{jn}][{t}];").unwrap();
+        writeln!(out, "        for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {t}; ++i{v}) accv[j][i{v}] = {init};").unwrap();
         let mut ri = "        ".to_string();
         for (k, &e) in r.extents.iter().enumerate() {
             writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
@@ -720,12 +732,12 @@ impl RowPlan {
         };
         let (value, lo, hi) = match &self.guard {
             Some(g) => {
-                let mut lo = "0".to_string();
+                let mut lo = "t0".to_string();
                 for e in &g.lo {
                     let x = em.expr(e);
                     lo = format!("cl_max_i64({lo}, {x})");
                 }
-                let mut hi = format!("{n}");
+                let mut hi = "t1".to_string();
                 for e in &g.hi {
                     let x = em.expr(e);
                     hi = format!("cl_min_i64({hi}, {x})");
@@ -741,17 +753,21 @@ impl RowPlan {
                 }
                 (&g.value, lo, hi)
             }
-            None => (&st.body, "0".to_string(), format!("{n}")),
+            None => (&st.body, "t0".to_string(), "t1".to_string()),
         };
         writeln!(out, "{ri}const int64_t lo = {lo}, hi = {hi};").unwrap();
         writeln!(out, "{ri}for (int64_t i{v} = lo; i{v} < hi; ++i{v}) {{").unwrap();
         for j in 0..jn {
             let x = em.expr(&jammed(value, j));
             let upd = match r.op {
-                RedOp::Sum => format!("accv[{j}][i{v}] += {x};"),
-                RedOp::Prod => format!("accv[{j}][i{v}] *= {x};"),
-                RedOp::Max => format!("accv[{j}][i{v}] = cl_max_{s}(accv[{j}][i{v}], {x});"),
-                RedOp::Min => format!("accv[{j}][i{v}] = cl_min_{s}(accv[{j}][i{v}], {x});"),
+                RedOp::Sum => format!("accv[{j}][i{v} - t0] += {x};"),
+                RedOp::Prod => format!("accv[{j}][i{v} - t0] *= {x};"),
+                RedOp::Max => {
+                    format!("accv[{j}][i{v} - t0] = cl_max_{s}(accv[{j}][i{v} - t0], {x});")
+                }
+                RedOp::Min => {
+                    format!("accv[{j}][i{v} - t0] = cl_min_{s}(accv[{j}][i{v} - t0], {x});")
+                }
             };
             writeln!(out, "{ri}    {upd}").unwrap();
         }
@@ -782,7 +798,7 @@ impl RowPlan {
                 .as_ref()
                 .map(|f| em.expr(&jammed(f, j)))
                 .unwrap_or_else(|| "acc".into());
-            writeln!(out, "        for (int64_t i{v} = 0; i{v} < {n}; ++i{v}) {{ const {cty} acc = accv[{j}][i{v}]; b{id}[{flat}] = {fin}; }}").unwrap();
+            writeln!(out, "        for (int64_t i{v} = t0; i{v} < t1; ++i{v}) {{ const {cty} acc = accv[{j}][i{v} - t0]; b{id}[{flat}] = {fin}; }}").unwrap();
         }
         writeln!(out, "    }}\n}}").unwrap();
     }

@@ -38,6 +38,11 @@ pub fn fuse(p: &mut Program) {
     mark_dead(p);
     fuse_epilogues(p);
     mark_dead(p);
+    for b in &mut p.bufs {
+        if let BufKind::Stage(st) = &mut b.kind {
+            super::simplify_stage(st);
+        }
+    }
 }
 
 fn inline_injective(p: &mut Program) {
