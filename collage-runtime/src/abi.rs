@@ -45,14 +45,15 @@ pub enum Executor {
 }
 
 impl Executor {
-    /// An executor with `threads` threads in all (the caller included); `threads <= 1` is serial.
-    #[cfg(feature = "std")]
+    /// An executor with `threads` threads in all (the caller included); `threads <= 1` is serial,
+    /// and so is every executor without the `std` feature (no threads to run on).
     pub fn with_threads(threads: usize) -> Self {
-        if threads <= 1 {
-            Executor::Serial
-        } else {
-            Executor::Pool(crate::ThreadPool::new(threads))
+        #[cfg(feature = "std")]
+        if threads > 1 {
+            return Executor::Pool(crate::ThreadPool::new(threads));
         }
+        let _ = threads;
+        Executor::Serial
     }
 
     /// The number of threads loops run on.

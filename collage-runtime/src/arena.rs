@@ -7,6 +7,42 @@
 #[derive(Clone, Copy, Debug)]
 pub struct Aligned<T: ?Sized>(pub T);
 
+/// The activation arena without the `alloc` feature: this type exists (so generated code compiles) but holds nothing and
+/// `new` panics: use the generated `Model::run_in` with a caller-provided `ArenaBuf` instead.
+#[cfg(not(feature = "alloc"))]
+#[derive(Debug)]
+pub struct Arena(());
+
+#[cfg(not(feature = "alloc"))]
+impl Arena {
+    /// Panics: there is no heap without `alloc`.
+    pub fn new(_bytes: usize) -> Self {
+        panic!(
+            "collage-runtime was built without `alloc`: use Model::run_in with a static ArenaBuf"
+        )
+    }
+
+    /// Always 0.
+    pub fn len(&self) -> usize {
+        0
+    }
+
+    /// Always true.
+    pub fn is_empty(&self) -> bool {
+        true
+    }
+
+    /// A dangling pointer (never used: `new` cannot return).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        core::ptr::NonNull::dangling().as_ptr()
+    }
+
+    /// A dangling pointer (never used: `new` cannot return).
+    pub fn as_ptr(&self) -> *const u8 {
+        core::ptr::NonNull::dangling().as_ptr()
+    }
+}
+
 /// A heap-allocated, 64-byte-aligned, zero-initialised byte buffer of fixed size: the activation
 /// arena of one model instance. Allocated once in `new`; `run` never allocates.
 #[cfg(feature = "alloc")]

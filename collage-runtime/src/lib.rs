@@ -19,8 +19,6 @@ mod arena;
 mod pool;
 
 pub use abi::{serial_parallel_for, Executor, RawRt, Task};
-pub use arena::Aligned;
-#[cfg(feature = "alloc")]
-pub use arena::Arena;
+pub use arena::{Aligned, Arena};
 #[cfg(feature = "std")]
 pub use pool::ThreadPool;
