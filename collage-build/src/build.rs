@@ -119,7 +119,11 @@ impl Build {
             .join("collage");
         std::fs::create_dir_all(&out).map_err(io_err(&out))?;
         if let Some(cache) = &self.cost_cache {
-            self.rerun(&root.join(cache));
+            let path = root.join(cache);
+            self.rerun(&path);
+            if !path.exists() {
+                self.warn(&format!("cost cache {} does not exist: kernels are placed with the analytic cost model", path.display()));
+            }
         }
         let mut jobs: Vec<(String, Result<Graph>)> = Vec::new();
         for p in &self.onnx {
@@ -154,6 +158,9 @@ impl Build {
                 Err(e) => errors.push(e),
             }
         }
+        for e in &errors {
+            self.warn(&e.to_string());
+        }
         match errors.len() {
             0 => Ok(built),
             1 => Err(errors.pop().unwrap()),
@@ -165,6 +172,15 @@ impl Build {
                     .collect::<Vec<_>>()
                     .join("\n"),
             }),
+        }
+    }
+
+    /// A `cargo:warning` line (one per line of `msg`) when running under Cargo.
+    fn warn(&self, msg: &str) {
+        if self.cargo {
+            for line in msg.lines() {
+                println!("cargo:warning=collage: {line}");
+            }
         }
     }
 
