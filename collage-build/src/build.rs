@@ -122,7 +122,10 @@ impl Build {
             let path = root.join(cache);
             self.rerun(&path);
             if !path.exists() {
-                self.warn(&format!("cost cache {} does not exist: kernels are placed with the analytic cost model", path.display()));
+                self.warn(&format!(
+                    "cost cache {} does not exist: kernels are placed with the analytic cost model",
+                    path.display()
+                ));
             }
         }
         let mut jobs: Vec<(String, Result<Graph>)> = Vec::new();

@@ -58,6 +58,11 @@ static inline T cl_min_##S(T a, T b) { return (a <= b || isnan(a)) ? a : b; } \
 static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 CL_FLOAT_OPS(float, f32)
 CL_FLOAT_OPS(double, f64)
+
+/* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
+typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef float cl_f32x4 __attribute__((vector_size(16), aligned(4), may_alias));
 "#;
 
 fn suffix(d: DType) -> &'static str {
@@ -364,10 +369,21 @@ fn emit_stage(
         && (4..=MAX_ACC_ROW).contains(&shape[rank - 1])
         && contiguous_along(p, &st.body, rank as u32 - 1);
     let nd = outer_dims(shape);
-    let row = row_reduce.then(|| RowPlan::new(p, st));
-    let n_outer: usize = match &row {
-        Some(rp) => rp.n_outer,
-        None => shape[..nd].iter().product(),
+    let lanes = match variant {
+        "_avx512" => 16,
+        "_avx2" => 8,
+        _ => 4,
+    };
+    let gemm = if row_reduce {
+        GemmPlan::new(p, st, lanes)
+    } else {
+        None
+    };
+    let row = (row_reduce && gemm.is_none()).then(|| RowPlan::new(p, st));
+    let n_outer: usize = match (&gemm, &row) {
+        (Some(gp), _) => gp.n_outer,
+        (_, Some(rp)) => rp.n_outer,
+        _ => shape[..nd].iter().product(),
     };
     let parallel = st.work() >= PARALLEL_WORK && n_outer > 1;
     let em = Emitter {
@@ -408,6 +424,10 @@ fn emit_stage(
         }
     }
     writeln!(out, "{}", ptr(id, false)).unwrap();
+    if let Some(gp) = &gemm {
+        gp.emit(out, &em, id, st);
+        return (fname, n_outer, parallel);
+    }
     if let Some(rp) = &row {
         rp.emit(out, &em, id, st);
         return (fname, n_outer, parallel);
@@ -801,5 +821,303 @@ impl RowPlan {
             writeln!(out, "        for (int64_t i{v} = t0; i{v} < t1; ++i{v}) {{ const {cty} acc = accv[{j}][i{v} - t0]; b{id}[{flat}] = {fin}; }}").unwrap();
         }
         writeln!(out, "    }}\n}}").unwrap();
+    }
+}
+
+/// The register-blocked schedule for contraction-like stages (matmul, im2col convolution): a tile
+/// of `rows` × `vecs` SIMD vectors of accumulators stays in registers while the reduction runs;
+/// loads along the row are vector loads, everything else is a scalar broadcast. Chosen when the
+/// body is a sum of products of such loads (no guards), in f32.
+struct GemmPlan {
+    v: usize,
+    /// Jammed dimension and rows per tile.
+    jam: Option<(usize, usize)>,
+    lanes: usize,
+    vecs: usize,
+    outer: Vec<usize>,
+    n_outer: usize,
+}
+
+impl GemmPlan {
+    fn new(p: &Program, st: &Stage, lanes: usize) -> Option<GemmPlan> {
+        let r = st.reduce.as_ref()?;
+        if r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
+            return None;
+        }
+        let shape = &st.ty.shape;
+        let v = shape.len() - 1;
+        if shape[v] < lanes || !vectorizable(p, &st.body, v as u32) {
+            return None;
+        }
+        let mut row_loads = Vec::new();
+        st.body.visit(&mut |e| {
+            if matches!(e, Expr::Load(..) | Expr::LoadFlat(..))
+                && load_coef(p, e, v as u32) == Some(1)
+            {
+                row_loads.push(e.clone());
+            }
+        });
+        let vecs = (shape[v] / lanes).clamp(1, 4);
+        let mut jam = None;
+        for k in (0..v).rev() {
+            if shape[k] < 2 || row_loads.iter().any(|l| uses_var(l, k as u32)) {
+                continue;
+            }
+            let max_rows = if vecs >= 4 { 4 } else { 6 };
+            if let Some(j) = (2..=max_rows).rev().find(|j| shape[k].is_multiple_of(*j)) {
+                jam = Some((k, j));
+                break;
+            }
+        }
+        // Column tiles outermost among the jammed rows: one tile of the row-walking operand stays
+        // in cache while every block of rows uses it.
+        let mut outer: Vec<usize> = (0..v)
+            .filter(|&k| jam.is_none_or(|(jk, _)| jk != k))
+            .collect();
+        if let Some((jk, _)) = jam {
+            outer.push(jk);
+        }
+        let jn = jam.map_or(1, |(_, j)| j);
+        let n_tiles = shape[v].div_ceil(vecs * lanes);
+        let n_outer = outer
+            .iter()
+            .map(|&k| {
+                if jam.is_some_and(|(jk, _)| jk == k) {
+                    shape[k] / jn
+                } else {
+                    shape[k]
+                }
+            })
+            .product::<usize>()
+            * n_tiles;
+        Some(GemmPlan {
+            v,
+            jam,
+            lanes,
+            vecs,
+            outer,
+            n_outer,
+        })
+    }
+
+    fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+        let shape = &st.ty.shape;
+        let r = st.reduce.as_ref().unwrap();
+        let (v, n, w, nv) = (self.v, shape[self.v], self.lanes, self.vecs);
+        let tw = w * nv;
+        let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
+        let vt = format!("cl_f32x{w}");
+        writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+        // Unravel: the jammed block index varies fastest, then the outer dims, the tile slowest.
+        let mut rem = "o".to_string();
+        for &k in self.outer.iter().rev() {
+            let ext = if k == jk { shape[k] / jn } else { shape[k] };
+            let scale = if k == jk {
+                format!(" * {jn}")
+            } else {
+                String::new()
+            };
+            writeln!(out, "        const int64_t i{k} = ({rem} % {ext}){scale};").unwrap();
+            rem = format!("({rem} / {ext})");
+        }
+        writeln!(
+            out,
+            "        const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
+        )
+        .unwrap();
+        let jammed = |e: &Expr, j: usize| -> Expr {
+            if self.jam.is_none() {
+                return e.clone();
+            }
+            let vars: Vec<Expr> = (0..shape.len())
+                .map(|k| {
+                    if k == jk {
+                        Expr::var(k).add(Expr::i(j as i64))
+                    } else {
+                        Expr::var(k)
+                    }
+                })
+                .collect();
+            e.subst_vars(&vars)
+        };
+        let store = |out: &mut String, j: usize, col: Option<&str>, acc: &str, indent: &str| {
+            let st_strides = strides(shape);
+            let flat: Vec<String> = (0..shape.len())
+                .filter(|&k| shape[k] != 1)
+                .map(|k| {
+                    if k == jk {
+                        format!("(i{k} + {j}) * {}", st_strides[k])
+                    } else {
+                        format!("i{k} * {}", st_strides[k])
+                    }
+                })
+                .collect();
+            let flat = if flat.is_empty() {
+                "0".to_string()
+            } else {
+                flat.join(" + ")
+            };
+            let fin = r
+                .finalize
+                .as_ref()
+                .map(|f| em.expr(&jammed(f, j)))
+                .unwrap_or_else(|| "acc".into());
+            let decl = col
+                .map(|c| format!("const int64_t i{v} = {c}; "))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "{indent}{{ {decl}const float acc = {acc}; b{id}[{flat}] = {fin}; }}"
+            )
+            .unwrap();
+        };
+        // Full tile: accumulators in registers.
+        writeln!(out, "        if (t1 - t0 == {tw}) {{").unwrap();
+        for j in 0..jn {
+            for t in 0..nv {
+                writeln!(out, "            {vt} c{j}_{t} = {{0}};").unwrap();
+            }
+        }
+        let mut ri = "            ".to_string();
+        for (k, &e) in r.extents.iter().enumerate() {
+            writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+            ri.push_str("    ");
+        }
+        for j in 0..jn {
+            let body = jammed(&st.body, j);
+            for t in 0..nv {
+                let x = vector_expr(em, &body, v as u32, &format!("t0 + {}", t * w), &vt);
+                writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
+            }
+        }
+        for _ in &r.extents {
+            ri.truncate(ri.len() - 4);
+            writeln!(out, "{ri}}}").unwrap();
+        }
+        writeln!(out, "            float tmp[{w}];").unwrap();
+        for j in 0..jn {
+            for t in 0..nv {
+                writeln!(out, "            *({vt} *)tmp = c{j}_{t};").unwrap();
+                writeln!(out, "            for (int64_t l = 0; l < {w}; ++l)").unwrap();
+                store(
+                    out,
+                    j,
+                    Some(&format!("t0 + {} + l", t * w)),
+                    "tmp[l]",
+                    "                ",
+                );
+            }
+        }
+        // Partial tile: one column at a time.
+        writeln!(out, "        }} else {{").unwrap();
+        writeln!(
+            out,
+            "            for (int64_t i{v} = t0; i{v} < t1; ++i{v}) {{"
+        )
+        .unwrap();
+        for j in 0..jn {
+            writeln!(out, "                float s{j} = 0.0f;").unwrap();
+        }
+        let mut ri = "                ".to_string();
+        for (k, &e) in r.extents.iter().enumerate() {
+            writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+            ri.push_str("    ");
+        }
+        for j in 0..jn {
+            writeln!(out, "{ri}s{j} += {};", em.expr(&jammed(&st.body, j))).unwrap();
+        }
+        for _ in &r.extents {
+            ri.truncate(ri.len() - 4);
+            writeln!(out, "{ri}}}").unwrap();
+        }
+        for j in 0..jn {
+            store(out, j, None, &format!("s{j}"), "                ");
+        }
+        writeln!(out, "            }}\n        }}\n    }}\n}}").unwrap();
+    }
+}
+
+/// The stride of a load along output dimension `v`, if affine.
+fn load_coef(p: &Program, e: &Expr, v: u32) -> Option<i64> {
+    match e {
+        Expr::Load(Src::Buf(b), idx) => {
+            let st = strides(&p.bufs[*b as usize].ty.shape);
+            idx.iter()
+                .zip(&st)
+                .try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
+        }
+        Expr::LoadFlat(_, f) => coef(f, v),
+        _ => None,
+    }
+}
+
+/// True if `e` can be evaluated on a vector of consecutive `Var(v)`: every use of `v` is inside a
+/// stride-1 load, combined only by + - * / and negation.
+fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
+    if !uses_var(e, v) {
+        return true;
+    }
+    match e {
+        Expr::Load(..) | Expr::LoadFlat(..) => {
+            let idx_ok = match e {
+                Expr::Load(_, idx) => idx.iter().all(|i| coef(i, v).is_some()),
+                Expr::LoadFlat(_, f) => coef(f, v).is_some(),
+                _ => false,
+            };
+            idx_ok
+                && load_coef(p, e, v) == Some(1)
+                && p.dtype(match e {
+                    Expr::Load(s, _) | Expr::LoadFlat(s, _) => *s,
+                    _ => unreachable!(),
+                }) == DType::F32
+        }
+        Expr::Bin(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b) => {
+            vectorizable(p, a, v) && vectorizable(p, b, v)
+        }
+        Expr::Un(UnOp::Neg, a) => vectorizable(p, a, v),
+        _ => false,
+    }
+}
+
+/// The C expression of `e` over the vector of columns starting at `col` (a C expression).
+fn vector_expr(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str) -> String {
+    if !uses_var(e, v) {
+        return em.expr(e);
+    }
+    let zero_v = |x: &Expr| -> Expr {
+        x.rewrite(&mut |y| match y {
+            Expr::Var(k) if *k == v => Some(Expr::i(0)),
+            _ => None,
+        })
+    };
+    match e {
+        Expr::Load(s, idx) => {
+            let b = Emitter::buf(s);
+            let flat = Expr::flatten(idx, &em.p.bufs[b as usize].ty.shape);
+            format!(
+                "(*(const {vt} *)&b{b}[{} + {col}])",
+                em.expr(&zero_v(&flat))
+            )
+        }
+        Expr::LoadFlat(s, f) => format!(
+            "(*(const {vt} *)&b{}[{} + {col}])",
+            Emitter::buf(s),
+            em.expr(&zero_v(f))
+        ),
+        Expr::Bin(op, a, b) => {
+            let o = match op {
+                BinOp::Add => "+",
+                BinOp::Sub => "-",
+                BinOp::Mul => "*",
+                _ => "/",
+            };
+            format!(
+                "({} {o} {})",
+                vector_expr(em, a, v, col, vt),
+                vector_expr(em, b, v, col, vt)
+            )
+        }
+        Expr::Un(_, a) => format!("(-{})", vector_expr(em, a, v, col, vt)),
+        _ => unreachable!("checked by vectorizable"),
     }
 }
