@@ -13,6 +13,7 @@ pub mod frontend;
 pub mod ir;
 pub mod native;
 pub mod ops;
+pub mod partition;
 pub mod passes;
 pub mod schedule;
 pub mod te;
