@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use crate::ir::{strides, DType};
-use crate::te::{BinOp, BufKind, Expr, Program, RedOp, Scalar, Src, Stage, UnOp};
+use crate::te::{BinOp, BufKind, Expr, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL};
 
 /// Where every buffer lives at run time.
 #[derive(Clone, Debug)]
@@ -123,7 +123,17 @@ impl Emitter<'_> {
             Expr::Const(s) => scalar(*s),
             Expr::Load(s, idx) => {
                 let b = Self::buf(s);
-                let flat = Expr::flatten(idx, &self.p.bufs[b as usize].ty.shape);
+                let buf = &self.p.bufs[b as usize];
+                if buf.packed {
+                    let (rowflat, rows) = packed_row(idx, &buf.ty.shape);
+                    let c = self.expr(idx.last().expect("packed buffers have rank >= 2"));
+                    return format!(
+                        "b{b}[(({c}) / {PANEL}) * {} + ({}) * {PANEL} + (({c}) % {PANEL})]",
+                        rows * PANEL,
+                        self.expr(&rowflat)
+                    );
+                }
+                let flat = Expr::flatten(idx, &buf.ty.shape);
                 format!("b{b}[{}]", self.expr(&flat))
             }
             Expr::LoadFlat(s, f) => format!("b{}[{}]", Self::buf(s), self.expr(f)),
@@ -1119,5 +1129,63 @@ fn vector_expr(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str) -> String {
         }
         Expr::Un(_, a) => format!("(-{})", vector_expr(em, a, v, col, vt)),
         _ => unreachable!("checked by vectorizable"),
+    }
+}
+
+/// The flat row index (all dimensions but the last) of a load from a packed buffer, and the number
+/// of rows.
+fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
+    let k = shape.len() - 1;
+    (
+        Expr::flatten(&idx[..k], &shape[..k]),
+        shape[..k].iter().product(),
+    )
+}
+
+/// Stores constant operands of contraction stages in column panels when every read of them walks
+/// the last dimension with the stage's row (`b[.., Var(row)]`): the register-blocked kernel then
+/// streams each panel contiguously instead of striding across rows.
+pub fn pack_weights(p: &mut Program) {
+    let mut ok: Vec<Option<bool>> = vec![None; p.bufs.len()];
+    for b in &p.bufs {
+        let BufKind::Stage(st) = &b.kind else {
+            continue;
+        };
+        let rank = st.ty.rank();
+        let gemm_like = st.reduce.as_ref().is_some_and(|r| r.op == RedOp::Sum)
+            && st.ty.dtype == DType::F32
+            && rank >= 1
+            && st.ty.shape[rank - 1] >= PANEL;
+        let v = rank.saturating_sub(1) as u32;
+        let mut visit = |e: &Expr| {
+            let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
+                return;
+            };
+            let k = *k as usize;
+            if !matches!(p.bufs[k].kind, BufKind::Const(_)) {
+                return;
+            }
+            let good = gemm_like
+                && match e {
+                    Expr::Load(_, idx) => {
+                        let shape = &p.bufs[k].ty.shape;
+                        shape.len() >= 2
+                            && shape[shape.len() - 1] == st.ty.shape[rank - 1]
+                            && idx.last() == Some(&Expr::Var(v))
+                            && idx[..idx.len() - 1].iter().all(|i| !uses_var(i, v))
+                    }
+                    _ => false,
+                };
+            ok[k] = Some(ok[k].unwrap_or(true) && good);
+        };
+        st.body.visit(&mut visit);
+        if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+            f.visit(&mut visit);
+        }
+    }
+    for (b, ok) in p.bufs.iter_mut().zip(ok) {
+        if ok == Some(true) && b.ty.dtype == DType::F32 {
+            b.packed = true;
+        }
     }
 }

@@ -13,5 +13,5 @@ mod simplify;
 pub use expr::{bcast_index, BinOp, Expr, RedOp, Reduce, Scalar, Src, Stage, UnOp};
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
-pub use program::{BufId, BufKind, Buffer, Program};
+pub use program::{BufId, BufKind, Buffer, Program, PANEL};
 pub use simplify::{simplify, simplify_stage};

@@ -29,6 +29,38 @@ pub struct Buffer {
     pub ty: TensorType,
     /// Its contents.
     pub kind: BufKind,
+    /// For constants: stored in column panels (see [`PANEL`]) instead of row-major.
+    pub packed: bool,
+}
+
+/// Width of the column panels of packed constants: a logical `[rows, n]` matrix (the last dimension
+/// against all others) is stored as `[ceil(n / PANEL)][rows][PANEL]`, zero-padded, so that a
+/// register-blocked kernel reads each panel row contiguously.
+pub const PANEL: usize = 64;
+
+impl Buffer {
+    /// The stored bytes of a constant: row-major, or packed in panels.
+    pub fn stored_bytes(&self) -> Option<Vec<u8>> {
+        let BufKind::Const(t) = &self.kind else {
+            return None;
+        };
+        if !self.packed {
+            return Some(t.data.clone());
+        }
+        let n = *t.ty.shape.last().unwrap_or(&1);
+        let rows = t.numel() / n.max(1);
+        let es = t.ty.dtype.size();
+        let panels = n.div_ceil(PANEL);
+        let mut out = vec![0u8; panels * rows * PANEL * es];
+        for r in 0..rows {
+            for c in 0..n {
+                let src = (r * n + c) * es;
+                let dst = ((c / PANEL) * rows * PANEL + r * PANEL + c % PANEL) * es;
+                out[dst..dst + es].copy_from_slice(&t.data[src..src + es]);
+            }
+        }
+        Some(out)
+    }
 }
 
 /// The lowered model: every buffer, its inputs and outputs. Stage buffers only read buffers with a
@@ -54,6 +86,7 @@ impl Program {
             name: name.into(),
             ty,
             kind,
+            packed: false,
         });
         self.bufs.len() as BufId - 1
     }
