@@ -471,6 +471,26 @@ fn emit_stage(
         flat_out
     };
     let cty = st.ty.dtype.c_type();
+    let flat_out = if p.bufs[id as usize].packed {
+        let l = rank - 1;
+        let rows: usize = shape[..l].iter().product();
+        let rowflat = (0..l)
+            .filter(|&k| shape[k] != 1)
+            .map(|k| format!("i{k} * {}", st_strides[k] / shape[l]))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let rowflat = if rowflat.is_empty() {
+            "0".to_string()
+        } else {
+            rowflat
+        };
+        format!(
+            "(i{l} / {PANEL}) * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
+            rows * PANEL
+        )
+    } else {
+        flat_out
+    };
     match &st.reduce {
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&st.body)).unwrap(),
         Some(r) => {
@@ -1162,7 +1182,14 @@ pub fn pack_weights(p: &mut Program) {
                 return;
             };
             let k = *k as usize;
-            if !matches!(p.bufs[k].kind, BufKind::Const(_)) {
+            let packable = match &p.bufs[k].kind {
+                BufKind::Const(_) => true,
+                BufKind::Stage(s) => {
+                    s.materialize && s.reduce.is_none() && !p.outputs.contains(&(k as u32))
+                }
+                _ => false,
+            };
+            if !packable {
                 return;
             }
             let good = gemm_like

@@ -157,6 +157,7 @@ pub fn lower_graph(g: &Graph) -> Result<Program> {
                     ty,
                     body,
                     reduce: None,
+                    materialize: false,
                 }),
             );
         }
@@ -191,7 +192,7 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
                     readers[i].iter().copied().max().map_or(i, |r| r as usize)
                 };
                 intervals.push(Interval {
-                    size: b.ty.bytes().max(1),
+                    size: b.stored_size().max(1),
                     first: i,
                     last,
                 });

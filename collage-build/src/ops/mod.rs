@@ -140,8 +140,16 @@ impl LowerCx<'_> {
             ty,
             body,
             reduce: None,
+            materialize: false,
         });
         Src::Local(self.stages.len() as u32 - 1)
+    }
+
+    /// Adds an injective stage that fusion never inlines into its readers.
+    pub fn materialized_stage(&mut self, ty: TensorType, body: Expr) -> Src {
+        let s = self.stage(ty, body);
+        self.stages.last_mut().expect("just pushed").materialize = true;
+        s
     }
 
     /// Adds a reduction stage.
@@ -163,6 +171,7 @@ impl LowerCx<'_> {
                 extents,
                 finalize,
             }),
+            materialize: false,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }

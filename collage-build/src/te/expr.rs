@@ -263,6 +263,8 @@ pub struct Stage {
     pub body: Expr,
     /// The reduction, if any.
     pub reduce: Option<Reduce>,
+    /// Never inlined into readers (e.g. an im2col buffer that a contraction reads many times).
+    pub materialize: bool,
 }
 
 impl Stage {

@@ -54,7 +54,7 @@ fn inline_injective(p: &mut Program) {
         let c_reduces = cst.reduce.is_some();
         let can_inline = |k: u32, e: &Expr| -> bool {
             let Some(pst) = p.stage(k) else { return false };
-            if pst.reduce.is_some() {
+            if pst.reduce.is_some() || pst.materialize {
                 return false;
             }
             if is_trivial(pst) {

@@ -39,6 +39,16 @@ pub struct Buffer {
 pub const PANEL: usize = 64;
 
 impl Buffer {
+    /// Bytes the buffer occupies in memory (packed buffers are padded to whole panels).
+    pub fn stored_size(&self) -> usize {
+        if !self.packed {
+            return self.ty.bytes();
+        }
+        let n = *self.ty.shape.last().unwrap_or(&1);
+        let rows = self.ty.numel() / n.max(1);
+        n.div_ceil(PANEL) * rows * PANEL * self.ty.dtype.size()
+    }
+
     /// The stored bytes of a constant: row-major, or packed in panels.
     pub fn stored_bytes(&self) -> Option<Vec<u8>> {
         let BufKind::Const(t) = &self.kind else {
