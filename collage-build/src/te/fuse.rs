@@ -114,30 +114,46 @@ fn fuse_epilogues(p: &mut Program) {
             let BufKind::Stage(cst) = &p.bufs[c].kind else {
                 unreachable!()
             };
+            let kbuf = &p.bufs[k as usize];
             if readers[k as usize] != [c as u32]
                 || p.outputs.contains(&k)
-                || pst.ty.shape != cst.ty.shape
+                || kbuf.packed
+                || pst.ty.numel() != cst.ty.numel()
                 || pst.ty.dtype != cst.ty.dtype
             {
                 continue;
             }
+            // Every read of P must be the element C computes: the same flat position.
+            let c_vars: Vec<Expr> = (0..cst.ty.rank()).map(Expr::var).collect();
+            let c_flat = Expr::flatten(&c_vars, &cst.ty.shape);
             let mut ok = true;
             cst.body.visit(&mut |x| match x {
-                Expr::Load(Src::Buf(b), idx) if *b == k => ok &= is_identity_load(idx),
-                Expr::LoadFlat(Src::Buf(b), _) if *b == k => ok = false,
+                Expr::Load(Src::Buf(b), idx) if *b == k => {
+                    ok &= is_identity_load(idx) && kbuf.ty.shape == cst.ty.shape
+                }
+                Expr::LoadFlat(Src::Buf(b), f) if *b == k => ok &= **f == c_flat,
                 _ => {}
             });
             if !ok {
                 continue;
             }
             let prev = red.finalize.clone().unwrap_or(Expr::Acc);
-            let fin = cst.body.rewrite(&mut |x| match x {
-                Expr::Load(Src::Buf(b), _) if *b == k => Some(prev.clone()),
+            let mut body = cst.body.clone();
+            if pst.ty.shape != cst.ty.shape {
+                // The fused stage iterates P's shape; C's index variables follow from the flat position.
+                let p_vars: Vec<Expr> = (0..pst.ty.rank()).map(Expr::var).collect();
+                let flat = Expr::flatten(&p_vars, &pst.ty.shape);
+                body = body.subst_vars(&Expr::unflatten(&flat, &cst.ty.shape));
+            }
+            let fin = body.rewrite(&mut |x| match x {
+                Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _) if *b == k => {
+                    Some(prev.clone())
+                }
                 _ => None,
             });
             let mut fused = pst.clone();
             fused.name = cst.name.clone();
-            fused.ty = cst.ty.clone();
+            fused.ty.dtype = cst.ty.dtype;
             fused.reduce.as_mut().unwrap().finalize = Some(fin);
             p.bufs[c].kind = BufKind::Stage(fused);
             p.bufs[k as usize].kind = BufKind::Dead;
