@@ -1123,7 +1123,16 @@ fn vector_expr(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str) -> String {
     match e {
         Expr::Load(s, idx) => {
             let b = Emitter::buf(s);
-            let flat = Expr::flatten(idx, &em.p.bufs[b as usize].ty.shape);
+            let buf = &em.p.bufs[b as usize];
+            if buf.packed {
+                let (rowflat, rows) = packed_row(idx, &buf.ty.shape);
+                return format!(
+                    "(*(const {vt} *)&b{b}[(({col}) / {PANEL}) * {} + ({}) * {PANEL} + (({col}) % {PANEL})])",
+                    rows * PANEL,
+                    em.expr(&rowflat)
+                );
+            }
+            let flat = Expr::flatten(idx, &buf.ty.shape);
             format!(
                 "(*(const {vt} *)&b{b}[{} + {col}])",
                 em.expr(&zero_v(&flat))

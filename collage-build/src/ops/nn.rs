@@ -265,6 +265,94 @@ impl Conv {
     }
 }
 
+/// Largest im2col buffer (bytes) the GEMM lowering of a convolution may use.
+const MAX_IM2COL_BYTES: usize = 64 << 20;
+
+impl Conv {
+    /// Lowers an ungrouped f32 convolution to a contraction `[N, M, P] = W[M, K] x col[N, K, P]`
+    /// (P = output pixels, K = input channels x kernel window) over an im2col buffer, or straight
+    /// over the input for a 1x1 / stride-1 / unpadded kernel. The contraction's rows are output
+    /// pixels, so the code generator's register-blocked schedule applies; the result is reshaped
+    /// to `[N, M, spatial..]` (a free view). `None` when the direct lowering fits better.
+    fn lower_as_gemm(
+        &self,
+        cx: &mut LowerCx,
+        x: &TensorType,
+        w: &TensorType,
+        geo: &Geom,
+        out: &TensorType,
+    ) -> Option<Vec<Src>> {
+        let d = out.dtype;
+        let (n, c, m) = (x.shape[0], x.shape[1], w.shape[0]);
+        let p: usize = geo.out.iter().product();
+        let window: usize = geo.kernel.iter().product();
+        let k = c * window;
+        if self.group != 1 || d != DType::F32 || p < 16 || k * p * 4 > MAX_IM2COL_BYTES {
+            return None;
+        }
+        let (pos, cond) = geo.positions(1);
+        let pointwise = window == 1
+            && cond.is_none()
+            && geo.strides.iter().all(|&s| s == 1)
+            && geo.pb.iter().all(|&b| b == 0);
+        let spatial_in: usize = x.shape[2..].iter().product();
+        let col_ty = TensorType::new(d, vec![n, k, p]);
+        let col = if pointwise && spatial_in == p {
+            None
+        } else {
+            // col[n, kk, pp] = x[n, ci, pos(pp, window point)] with (ci, window point) = kk.
+            let mut kdims = vec![c];
+            kdims.extend(&geo.kernel);
+            let kk = Expr::unflatten(&Expr::var(1), &kdims);
+            let pp = Expr::unflatten(&Expr::var(2), &geo.out);
+            // Substitute the convolution's variables: Var(2 + j) -> output position j, RVar(1 + j)
+            // -> window point j.
+            let place = |e: &Expr| -> Expr {
+                e.rewrite(&mut |y| match y {
+                    Expr::Var(v) if *v >= 2 => Some(pp[*v as usize - 2].clone()),
+                    Expr::RVar(r) if *r >= 1 => Some(kk[*r as usize].clone()),
+                    _ => None,
+                })
+            };
+            let mut xi = vec![Expr::var(0), kk[0].clone()];
+            xi.extend(pos.iter().map(place));
+            let value = Expr::load(Src::Arg(0), xi);
+            let body = guard(cond.as_ref().map(place), value, Expr::c(d, 0.0));
+            Some(cx.materialized_stage(col_ty.clone(), body))
+        };
+        let operand = match col {
+            Some(s) => Expr::load(s, vec![Expr::var(0), Expr::rvar(0), Expr::var(2)]),
+            None => Expr::load_flat(
+                Src::Arg(0),
+                Expr::var(0)
+                    .mul(Expr::i((c * p) as i64))
+                    .add(Expr::rvar(0).mul(Expr::i(p as i64)))
+                    .add(Expr::var(2)),
+            ),
+        };
+        let weight = Expr::load_flat(
+            Src::Arg(1),
+            Expr::var(1).mul(Expr::i(k as i64)).add(Expr::rvar(0)),
+        );
+        let fin = cx
+            .has(2)
+            .then(|| Expr::Acc.add(Expr::load(Src::Arg(2), vec![Expr::var(1)])));
+        let gemm = cx.reduce(
+            TensorType::new(d, vec![n, m, p]),
+            RedOp::Sum,
+            vec![k],
+            weight.mul(operand),
+            fin,
+        );
+        let vars: Vec<Expr> = (0..out.rank()).map(Expr::var).collect();
+        let view = cx.stage(
+            out.clone(),
+            Expr::load_flat(gemm, Expr::flatten(&vars, &out.shape)),
+        );
+        Some(vec![view])
+    }
+}
+
 impl Operator for Conv {
     fn op_type(&self) -> &'static str {
         "Conv"
@@ -310,6 +398,9 @@ impl Operator for Conv {
         let (x, w) = (cx.input(0).clone(), cx.input(1).clone());
         let geo = self.geom(&x, &w)?;
         let out = cx.output(0).clone();
+        if let Some(srcs) = self.lower_as_gemm(cx, &x, &w, &geo, &out) {
+            return Ok(srcs);
+        }
         let d = out.dtype;
         let cg = w.shape[1];
         let mg = w.shape[0] / self.group;
