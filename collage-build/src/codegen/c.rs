@@ -376,7 +376,7 @@ fn emit_stage(
     let rank = shape.len();
     let row_reduce = st.reduce.is_some()
         && rank >= 1
-        && (4..=MAX_ACC_ROW).contains(&shape[rank - 1])
+        && shape[rank - 1] >= 4
         && contiguous_along(p, &st.body, rank as u32 - 1);
     let nd = outer_dims(shape);
     let lanes = match variant {
@@ -389,7 +389,7 @@ fn emit_stage(
     } else {
         None
     };
-    let row = (row_reduce && gemm.is_none()).then(|| RowPlan::new(p, st));
+    let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW).then(|| RowPlan::new(p, st));
     let n_outer: usize = match (&gemm, &row) {
         (Some(gp), _) => gp.n_outer,
         (_, Some(rp)) => rp.n_outer,
