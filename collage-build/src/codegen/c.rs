@@ -389,7 +389,8 @@ fn emit_stage(
     } else {
         None
     };
-    let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW).then(|| RowPlan::new(p, st));
+    let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW)
+        .then(|| RowPlan::new(p, st));
     let n_outer: usize = match (&gemm, &row) {
         (Some(gp), _) => gp.n_outer,
         (_, Some(rp)) => rp.n_outer,
@@ -1175,6 +1176,7 @@ fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
 /// the last dimension with the stage's row (`b[.., Var(row)]`): the register-blocked kernel then
 /// streams each panel contiguously instead of striding across rows.
 pub fn pack_weights(p: &mut Program) {
+    transpose_weights(p);
     let mut ok: Vec<Option<bool>> = vec![None; p.bufs.len()];
     for b in &p.bufs {
         let BufKind::Stage(st) = &b.kind else {
@@ -1222,6 +1224,79 @@ pub fn pack_weights(p: &mut Program) {
     for (b, ok) in p.bufs.iter_mut().zip(ok) {
         if ok == Some(true) && b.ty.dtype == DType::F32 {
             b.packed = true;
+        }
+    }
+}
+
+/// Transposes rank-2 constant operands that contraction stages read as `w[row, r]` (e.g. Gemm with
+/// `transB`), so that the row becomes the contiguous dimension: `w'[r, row]`.
+fn transpose_weights(p: &mut Program) {
+    let mut ok: Vec<Option<bool>> = vec![None; p.bufs.len()];
+    for b in &p.bufs {
+        let BufKind::Stage(st) = &b.kind else {
+            continue;
+        };
+        let rank = st.ty.rank();
+        let gemm_like = st.reduce.as_ref().is_some_and(|r| r.op == RedOp::Sum)
+            && st.ty.dtype == DType::F32
+            && rank >= 1
+            && st.ty.shape[rank - 1] >= 16;
+        let v = rank.saturating_sub(1) as u32;
+        let mut visit = |e: &Expr| {
+            let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
+                return;
+            };
+            let k = *k as usize;
+            let BufKind::Const(t) = &p.bufs[k].kind else {
+                return;
+            };
+            let good = gemm_like
+                && t.ty.rank() == 2
+                && t.ty.dtype == DType::F32
+                && matches!(e, Expr::Load(_, idx) if idx[0] == Expr::Var(v) && !uses_var(&idx[1], v) && t.ty.shape[0] == st.ty.shape[rank - 1]);
+            ok[k] = Some(ok[k].unwrap_or(true) && good);
+        };
+        st.body.visit(&mut visit);
+        if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+            f.visit(&mut visit);
+        }
+    }
+    for (k, ok) in ok.into_iter().enumerate() {
+        if ok != Some(true) {
+            continue;
+        }
+        let BufKind::Const(t) = &p.bufs[k].kind else {
+            continue;
+        };
+        let (rows, cols) = (t.ty.shape[0], t.ty.shape[1]);
+        let mut tt =
+            crate::ir::Tensor::zeros(crate::ir::TensorType::new(DType::F32, vec![cols, rows]));
+        for i in 0..rows {
+            for j in 0..cols {
+                let src = (i * cols + j) * 4;
+                let dst = (j * rows + i) * 4;
+                tt.data[dst..dst + 4].copy_from_slice(&t.data[src..src + 4]);
+            }
+        }
+        p.bufs[k].ty = tt.ty.clone();
+        p.bufs[k].kind = BufKind::Const(std::sync::Arc::new(tt));
+        for b in &mut p.bufs {
+            let BufKind::Stage(st) = &mut b.kind else {
+                continue;
+            };
+            let swap = |e: &Expr| -> Expr {
+                e.rewrite(&mut |x| match x {
+                    Expr::Load(Src::Buf(b), idx) if *b as usize == k => Some(Expr::Load(
+                        Src::Buf(*b),
+                        vec![idx[1].clone(), idx[0].clone()],
+                    )),
+                    _ => None,
+                })
+            };
+            st.body = swap(&st.body);
+            if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
+                *f = swap(f);
+            }
         }
     }
 }
