@@ -297,8 +297,32 @@ impl Conv {
             && geo.pb.iter().all(|&b| b == 0);
         let spatial_in: usize = x.shape[2..].iter().product();
         let col_ty = TensorType::new(d, vec![n, k, p]);
+        // Small images: col is laid out [n, ci, window.., out..] and written without index
+        // arithmetic; large ones: [n, K, P] (which the code generator stores in column panels).
+        let natural = p < 1024;
         let col = if pointwise && spatial_in == p {
             None
+        } else if natural {
+            let sp = geo.out.len();
+            let mut dims = vec![n, c];
+            dims.extend(&geo.kernel);
+            dims.extend(&geo.out);
+            // Var(1) = ci, Var(2 + j) = window point j, Var(2 + sp + j) = output position j.
+            let place = |e: &Expr| -> Expr {
+                e.rewrite(&mut |y| match y {
+                    Expr::Var(v) if *v >= 2 => Some(Expr::var(*v as usize + sp)),
+                    Expr::RVar(r) if *r >= 1 => Some(Expr::var(1 + *r as usize)),
+                    _ => None,
+                })
+            };
+            let mut xi = vec![Expr::var(0), Expr::var(1)];
+            xi.extend(pos.iter().map(place));
+            let body = guard(
+                cond.as_ref().map(place),
+                Expr::load(Src::Arg(0), xi),
+                Expr::c(d, 0.0),
+            );
+            Some(cx.materialized_stage(TensorType::new(d, dims), body))
         } else {
             // col[n, kk, pp] = x[n, ci, pos(pp, window point)] with (ci, window point) = kk.
             let mut kdims = vec![c];
@@ -321,6 +345,13 @@ impl Conv {
             Some(cx.materialized_stage(col_ty.clone(), body))
         };
         let operand = match col {
+            Some(s) if natural => Expr::load_flat(
+                s,
+                Expr::var(0)
+                    .mul(Expr::i((k * p) as i64))
+                    .add(Expr::rvar(0).mul(Expr::i(p as i64)))
+                    .add(Expr::var(2)),
+            ),
             Some(s) => Expr::load(s, vec![Expr::var(0), Expr::rvar(0), Expr::var(2)]),
             None => Expr::load_flat(
                 Src::Arg(0),
