@@ -2,9 +2,11 @@
 //!
 //! Workers are started once; a call publishes one job (a task pointer, its context and the range),
 //! every thread (the caller too) takes chunks from an atomic counter, and the caller waits until all
-//! chunks are done. No allocation happens per call.
+//! chunks are done. No allocation happens per call. Workers spin briefly on the job counter before
+//! sleeping, and the caller spins before waiting, so back-to-back loops of one model run do not pay
+//! a sleep/wake-up each (tens of microseconds).
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::vec::Vec;
@@ -29,8 +31,17 @@ struct State {
 // blocks, which keeps the pointee alive; the task is a plain function.
 unsafe impl Send for State {}
 
+/// Spin iterations before a worker sleeps or the caller waits on a condition variable.
+const SPIN: u32 = 1 << 16;
+
 struct Shared {
     state: Mutex<State>,
+    /// Mirrors `State::generation` for lock-free polling.
+    published: AtomicU64,
+    /// Workers blocked on `start` (a call notifies only when some are).
+    sleepers: AtomicUsize,
+    /// The caller is blocked on `done` (the last worker notifies only then).
+    caller_waiting: AtomicBool,
     start: Condvar,
     next: AtomicI64,
     busy: AtomicUsize,
@@ -62,6 +73,9 @@ impl ThreadPool {
                 job: None,
                 shutdown: false,
             }),
+            published: AtomicU64::new(0),
+            sleepers: AtomicUsize::new(0),
+            caller_waiting: AtomicBool::new(false),
             start: Condvar::new(),
             next: AtomicI64::new(0),
             busy: AtomicUsize::new(0),
@@ -121,8 +135,11 @@ impl ThreadPool {
                 chunk: chunk.max(1),
             });
             st.generation += 1;
+            sh.published.store(st.generation, Ordering::SeqCst);
         }
-        sh.start.notify_all();
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            sh.start.notify_all();
+        }
         run_chunks(
             sh,
             Job {
@@ -132,11 +149,20 @@ impl ThreadPool {
                 chunk: chunk.max(1),
             },
         );
-        let mut g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
-        while sh.busy.load(Ordering::SeqCst) != 0 {
-            g = sh.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        let mut spins = 0;
+        while sh.busy.load(Ordering::SeqCst) != 0 && spins < SPIN {
+            core::hint::spin_loop();
+            spins += 1;
         }
-        drop(g);
+        if sh.busy.load(Ordering::SeqCst) != 0 {
+            let mut g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
+            sh.caller_waiting.store(true, Ordering::SeqCst);
+            while sh.busy.load(Ordering::SeqCst) != 0 {
+                g = sh.done.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            sh.caller_waiting.store(false, Ordering::SeqCst);
+            drop(g);
+        }
         sh.state.lock().unwrap_or_else(|e| e.into_inner()).job = None;
     }
 }
@@ -156,10 +182,17 @@ fn run_chunks(sh: &Shared, job: Job) {
 fn worker(sh: &Shared) {
     let mut seen = 0u64;
     loop {
+        let mut spins = 0;
+        while sh.published.load(Ordering::SeqCst) == seen && spins < SPIN {
+            core::hint::spin_loop();
+            spins += 1;
+        }
         let job = {
             let mut st = sh.state.lock().unwrap_or_else(|e| e.into_inner());
             while st.generation == seen && !st.shutdown {
+                sh.sleepers.fetch_add(1, Ordering::SeqCst);
                 st = sh.start.wait(st).unwrap_or_else(|e| e.into_inner());
+                sh.sleepers.fetch_sub(1, Ordering::SeqCst);
             }
             if st.shutdown {
                 return;
@@ -170,7 +203,7 @@ fn worker(sh: &Shared) {
         if let Some(job) = job {
             run_chunks(sh, job);
         }
-        if sh.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if sh.busy.fetch_sub(1, Ordering::SeqCst) == 1 && sh.caller_waiting.load(Ordering::SeqCst) {
             let _g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
             sh.done.notify_all();
         }

@@ -21,8 +21,27 @@ pub enum Place {
     None,
 }
 
+/// Weight bytes above which a smaller stage is still split across threads: streaming weights is
+/// memory-bound, and two cores fetch them faster than one.
+const PARALLEL_WEIGHT_BYTES: usize = 256 << 10;
+
+/// Bytes of constants a stage reads.
+fn const_bytes(p: &Program, st: &Stage) -> usize {
+    let mut srcs = st.body.sources();
+    srcs.sort();
+    srcs.dedup();
+    srcs.iter()
+        .filter_map(|s| match s {
+            Src::Buf(b) if matches!(p.bufs[*b as usize].kind, BufKind::Const(_)) => {
+                Some(p.bufs[*b as usize].ty.bytes())
+            }
+            _ => None,
+        })
+        .sum()
+}
+
 /// Work (body evaluations) above which a stage's outer loop is handed to `parallel_for`.
-const PARALLEL_WORK: usize = 1 << 15;
+const PARALLEL_WORK: usize = 1 << 20;
 
 const PRELUDE: &str = r#"#include <stdint.h>
 #include <math.h>
@@ -396,7 +415,9 @@ fn emit_stage(
         (_, Some(rp)) => rp.n_outer,
         _ => shape[..nd].iter().product(),
     };
-    let parallel = st.work() >= PARALLEL_WORK && n_outer > 1;
+    let parallel = n_outer > 1
+        && (st.work() >= PARALLEL_WORK
+            || (st.work() >= PARALLEL_WORK / 8 && const_bytes(p, st) >= PARALLEL_WEIGHT_BYTES));
     let em = Emitter {
         p,
         acc: st.ty.dtype,
