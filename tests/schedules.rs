@@ -90,7 +90,7 @@ fn check(
         let mut m = collage_build::native::NativeModel::build(&c, &work, opt).unwrap();
         for threads in [1, 2] {
             let got = m
-                .run(&[x.clone()], &Executor::with_threads(threads))
+                .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
                 .unwrap();
             let (ok, err) = tools::compare(&got[0], &want);
             assert!(ok, "{name} ({opt}, {threads} threads): max error {err}");
