@@ -6,6 +6,8 @@ struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// The counter is global: the tests of this file run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 // SAFETY: forwards to the system allocator.
 unsafe impl GlobalAlloc for Counting {
@@ -29,8 +31,36 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+unsafe extern "C" fn touch(ctx: *mut core::ffi::c_void, begin: i64, end: i64) {
+    let sum = unsafe { &*(ctx as *const std::sync::atomic::AtomicI64) };
+    sum.fetch_add(end - begin, Ordering::SeqCst);
+}
+
+#[test]
+fn thread_pool_loops_do_not_allocate() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exec = collage_runtime::Executor::with_threads(2);
+    let rt = exec.raw();
+    let sum = std::sync::atomic::AtomicI64::new(0);
+    let ctx = &sum as *const _ as *mut core::ffi::c_void;
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for _ in 0..100 {
+        // SAFETY: `touch` reads `ctx` as the AtomicI64 it is.
+        unsafe { (rt.parallel_for)(rt.pool, 1000, touch, ctx) };
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "parallel_for allocated");
+    assert_eq!(
+        sum.load(Ordering::SeqCst),
+        100 * 1000,
+        "every iteration ran exactly once"
+    );
+}
+
 #[test]
 fn run_does_not_allocate() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let x = example_mnist::sample_digit();
     for threads in [1, 2] {
         let mut m = example_mnist::Mnist::with_threads(threads);

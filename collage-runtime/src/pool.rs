@@ -42,6 +42,8 @@ struct Shared {
     sleepers: AtomicUsize,
     /// The caller is blocked on `done` (the last worker notifies only then).
     caller_waiting: AtomicBool,
+    /// Workers that have started.
+    started: AtomicUsize,
     start: Condvar,
     next: AtomicI64,
     busy: AtomicUsize,
@@ -76,21 +78,30 @@ impl ThreadPool {
             published: AtomicU64::new(0),
             sleepers: AtomicUsize::new(0),
             caller_waiting: AtomicBool::new(false),
+            started: AtomicUsize::new(0),
             start: Condvar::new(),
             next: AtomicI64::new(0),
             busy: AtomicUsize::new(0),
             done_lock: Mutex::new(()),
             done: Condvar::new(),
         });
-        let workers = (1..threads.max(1))
+        let workers: Vec<JoinHandle<()>> = (1..threads.max(1))
             .map(|i| {
                 let s = shared.clone();
                 std::thread::Builder::new()
                     .name(std::format!("collage-{i}"))
-                    .spawn(move || worker(&s))
+                    .spawn(move || {
+                        s.started.fetch_add(1, Ordering::SeqCst);
+                        worker(&s)
+                    })
                     .expect("spawn collage worker thread")
             })
             .collect();
+        // Return only once every worker runs, so that thread start-up (which allocates) never
+        // overlaps a later `run`.
+        while shared.started.load(Ordering::SeqCst) < workers.len() {
+            std::thread::yield_now();
+        }
         ThreadPool {
             shared,
             workers,
