@@ -304,6 +304,46 @@ fn contiguous_along(p: &Program, body: &Expr, v: u32) -> bool {
 /// Largest row of accumulators kept on the stack by the row-reduction schedule.
 const MAX_ACC_ROW: usize = 4096;
 
+/// The loop schedule of a stage, as chosen by the code generator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Injective: one loop nest over the output.
+    Elementwise,
+    /// Reduction with a tile of SIMD accumulators in registers (contractions).
+    RegisterBlocked,
+    /// Reduction with a row of accumulators, contiguous dimension innermost.
+    Row,
+    /// Reduction loop innermost.
+    Plain,
+}
+
+/// The schedule the code generator uses for `st` (for `lanes` f32 SIMD lanes).
+pub fn schedule_of(p: &Program, st: &Stage, lanes: usize) -> Schedule {
+    match plans(p, st, lanes) {
+        _ if st.reduce.is_none() => Schedule::Elementwise,
+        (Some(_), _) => Schedule::RegisterBlocked,
+        (_, Some(_)) => Schedule::Row,
+        _ => Schedule::Plain,
+    }
+}
+
+fn plans(p: &Program, st: &Stage, lanes: usize) -> (Option<GemmPlan>, Option<RowPlan>) {
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let row_reduce = st.reduce.is_some()
+        && rank >= 1
+        && shape[rank - 1] >= 4
+        && contiguous_along(p, &st.body, rank as u32 - 1);
+    let gemm = if row_reduce {
+        GemmPlan::new(p, st, lanes)
+    } else {
+        None
+    };
+    let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW)
+        .then(|| RowPlan::new(p, st));
+    (gemm, row)
+}
+
 /// How many leading output dimensions form the flattened outer (parallel) loop.
 fn outer_dims(shape: &[usize]) -> usize {
     let mut prod = 1;
@@ -393,23 +433,13 @@ fn emit_stage(
     let fname = format!("k{id}{variant}");
     let shape = &st.ty.shape;
     let rank = shape.len();
-    let row_reduce = st.reduce.is_some()
-        && rank >= 1
-        && shape[rank - 1] >= 4
-        && contiguous_along(p, &st.body, rank as u32 - 1);
     let nd = outer_dims(shape);
     let lanes = match variant {
         "_avx512" => 16,
         "_avx2" => 8,
         _ => 4,
     };
-    let gemm = if row_reduce {
-        GemmPlan::new(p, st, lanes)
-    } else {
-        None
-    };
-    let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW)
-        .then(|| RowPlan::new(p, st));
+    let (gemm, row) = plans(p, st, lanes);
     let n_outer: usize = match (&gemm, &row) {
         (Some(gp), _) => gp.n_outer,
         (_, Some(rp)) => rp.n_outer,
