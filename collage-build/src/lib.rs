@@ -18,6 +18,7 @@ pub mod passes;
 pub mod schedule;
 pub mod te;
 pub mod tools;
+pub mod tune;
 
 pub use build::{symbol_for, write_sources, Build, Built, BuiltModel};
 pub use codegen::{compile_graph, Compiled};
