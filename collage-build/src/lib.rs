@@ -11,6 +11,7 @@ pub mod codegen;
 pub mod error;
 pub mod frontend;
 pub mod ir;
+pub mod measure;
 pub mod native;
 pub mod ops;
 pub mod partition;
