@@ -124,6 +124,9 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// The cost cache cannot be used (corrupt, foreign target, ...).
+    #[error(transparent)]
+    Cache(#[from] crate::tune::CacheError),
     /// Bad input data given to `run` (wrong shape or dtype).
     #[error("input `{name}`: {detail}")]
     Data {

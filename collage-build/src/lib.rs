@@ -9,6 +9,7 @@ pub mod backend;
 mod build;
 pub mod codegen;
 pub mod error;
+pub mod explain;
 pub mod frontend;
 pub mod ir;
 pub mod measure;

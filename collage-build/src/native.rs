@@ -21,6 +21,17 @@ pub fn c_compiler() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
 }
 
+/// The first line of `cc --version`, for the cost cache's target fingerprint.
+pub fn c_compiler_version() -> String {
+    Command::new(c_compiler())
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise).
 pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
     let res = Command::new(c_compiler())

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use collage_build::tools;
+use collage_build::tune::{CostCache, TargetFingerprint};
 use collage_runtime::Executor;
 
 #[derive(Parser)]
@@ -53,6 +54,28 @@ enum Cmd {
         #[arg(long)]
         expected_failures: Option<PathBuf>,
     },
+    /// Print every generated kernel: its nodes, schedule, estimated and measured cost.
+    Explain {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Cost cache with measurements (from `collage tune`).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+    },
+    /// Measure every kernel missing from the cost cache and add it (resumable: measured kernels
+    /// are saved as they finish and skipped next time).
+    Tune {
+        /// The ONNX model.
+        model: PathBuf,
+        /// The cost cache to fill (created if missing).
+        #[arg(long)]
+        cache: PathBuf,
+    },
+    /// Cost cache maintenance.
+    Cache {
+        #[command(subcommand)]
+        cmd: CacheCmd,
+    },
     /// Measure latency (median and p90 over at least 3 s).
     Bench {
         /// The ONNX model.
@@ -69,6 +92,26 @@ enum Cmd {
         /// Minimum timed seconds.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+    },
+}
+
+/// `collage cache ...`.
+#[derive(Subcommand)]
+enum CacheCmd {
+    /// Check that a cache file is valid and measured on this machine.
+    Check {
+        /// The cache.
+        file: PathBuf,
+    },
+    /// Merge two caches, keeping the better-supported entry per key.
+    Merge {
+        /// First cache.
+        a: PathBuf,
+        /// Second cache.
+        b: PathBuf,
+        /// Output file.
+        #[arg(short, long)]
+        out: PathBuf,
     },
 }
 
@@ -176,6 +219,76 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
+        Cmd::Explain { model, cache } => {
+            let c = compile(&model)?;
+            let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+            let cache = cache
+                .map(|p| CostCache::load_for_target(&p, &target))
+                .transpose()?;
+            let ks = collage_build::explain::kernels(&c, &target, cache.as_ref());
+            print!("{}", collage_build::explain::render_text(&c.name, &ks));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Tune { model, cache: path } => {
+            let c = compile(&model)?;
+            let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+            let mut cache = if path.exists() {
+                CostCache::load_for_target(&path, &target)?
+            } else {
+                CostCache::new()
+            };
+            let work = work_dir("tune");
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {pos}/{len} kernels ({eta} left)",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_message(format!("tuning {}", c.name));
+            let n = collage_build::explain::tune(
+                &c,
+                &target,
+                &mut cache,
+                &work,
+                collage_build::explain::default_budget(),
+                &mut |cache| cache.save(&path).map_err(Into::into),
+                &mut |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                },
+            );
+            bar.finish_and_clear();
+            remove_work(&work);
+            let n = n?;
+            cache.save(&path)?;
+            println!(
+                "measured {n} kernels; {} entries in {}",
+                cache.len(),
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Cache { cmd } => match cmd {
+            CacheCmd::Check { file } => {
+                let target =
+                    TargetFingerprint::current(&collage_build::native::c_compiler_version());
+                let cache = CostCache::load_for_target(&file, &target)?;
+                println!(
+                    "{}: {} entries, valid for {}",
+                    file.display(),
+                    cache.len(),
+                    target
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            CacheCmd::Merge { a, b, out } => {
+                let merged = CostCache::merge(CostCache::load(&a)?, CostCache::load(&b)?);
+                merged.save(&out)?;
+                println!("wrote {} ({} entries)", out.display(), merged.len());
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Cmd::Bench {
             model,
             threads,
@@ -216,6 +329,18 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn compile(model: &Path) -> collage_build::Result<collage_build::Compiled> {
+    let g = collage_build::frontend::onnx::load(model)?;
+    let symbol = tools::sanitize(
+        model
+            .file_stem()
+            .map(|s| s.to_string_lossy())
+            .as_deref()
+            .unwrap_or("model"),
+    );
+    collage_build::compile_graph(g, &symbol)
 }
 
 fn read_expected(p: &Path) -> collage_build::Result<Vec<String>> {
