@@ -1090,11 +1090,43 @@ impl GemmPlan {
                 );
             }
         }
-        // Partial tile: one column at a time.
+        // Partial tile: single vectors of this width, then of 4 lanes, then one column at a time.
         writeln!(out, "        }} else {{").unwrap();
+        writeln!(out, "            int64_t c = t0;").unwrap();
+        let mut widths = vec![w];
+        if w > 4 {
+            widths.push(4);
+        }
+        for &vw in &widths {
+            let vt = format!("cl_f32x{vw}");
+            writeln!(out, "            for (; c + {vw} <= t1; c += {vw}) {{").unwrap();
+            for j in 0..jn {
+                writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
+            }
+            let mut ri = "                ".to_string();
+            for (k, &e) in r.extents.iter().enumerate() {
+                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+                ri.push_str("    ");
+            }
+            for j in 0..jn {
+                let x = vector_expr(em, &jammed(&st.body, j), v as u32, "c", &vt);
+                writeln!(out, "{ri}a{j} += {x};").unwrap();
+            }
+            for _ in &r.extents {
+                ri.truncate(ri.len() - 4);
+                writeln!(out, "{ri}}}").unwrap();
+            }
+            writeln!(out, "                float tmp[{vw}];").unwrap();
+            for j in 0..jn {
+                writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
+                writeln!(out, "                for (int64_t l = 0; l < {vw}; ++l)").unwrap();
+                store(out, j, Some("c + l"), "tmp[l]", "                    ");
+            }
+            writeln!(out, "            }}").unwrap();
+        }
         writeln!(
             out,
-            "            for (int64_t i{v} = t0; i{v} < t1; ++i{v}) {{"
+            "            for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"
         )
         .unwrap();
         for j in 0..jn {
