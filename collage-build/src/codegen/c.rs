@@ -82,6 +82,15 @@ CL_FLOAT_OPS(double, f64)
 typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
 typedef float cl_f32x4 __attribute__((vector_size(16), aligned(4), may_alias));
+typedef int32_t cl_i32x16 __attribute__((vector_size(64)));
+typedef int32_t cl_i32x8 __attribute__((vector_size(32)));
+typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
+/* NaN-propagating max / min of vectors (as cl_max_f32 per lane), branch-free. Macros (GNU
+   statement expressions), not functions: a function defined outside a variant's target region
+   would pass wide vectors through memory. */
+#define cl_vsel(W, m, a, b) ((cl_f32x##W)(((cl_i32x##W)(a) & (m)) | ((cl_i32x##W)(b) & ~(m))))
+#define cl_vmax(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ >= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
+#define cl_vmin(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ <= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
 "#;
 
 fn suffix(d: DType) -> &'static str {
@@ -928,7 +937,11 @@ impl GemmPlan {
         }
         let shape = &st.ty.shape;
         let v = shape.len() - 1;
-        if shape[v] < lanes || !vectorizable(p, &st.body, v as u32) {
+        let mut body_ok = true;
+        st.body.visit(&mut |e| {
+            body_ok &= !matches!(e, Expr::Acc | Expr::Bin(BinOp::Max | BinOp::Min, ..))
+        });
+        if shape[v] < lanes || !body_ok || !vectorizable(p, &st.body, v as u32) {
             return None;
         }
         let mut row_loads = Vec::new();
@@ -1076,8 +1089,54 @@ impl GemmPlan {
             ri.truncate(ri.len() - 4);
             writeln!(out, "{ri}}}").unwrap();
         }
+        let vec_fin = r
+            .finalize
+            .as_ref()
+            .is_none_or(|f| vectorizable(em.p, f, v as u32));
+        if vec_fin {
+            let st_strides = strides(shape);
+            for j in 0..jn {
+                for t in 0..nv {
+                    let col = format!("t0 + {}", t * w);
+                    let value = match &r.finalize {
+                        Some(f) => vector_expr_acc(
+                            em,
+                            &jammed(f, j),
+                            v as u32,
+                            &col,
+                            &vt,
+                            &format!("c{j}_{t}"),
+                        ),
+                        None => format!("c{j}_{t}"),
+                    };
+                    let flat: Vec<String> = (0..shape.len())
+                        .filter(|&k| shape[k] != 1 && k != v)
+                        .map(|k| {
+                            if k == jk {
+                                format!("(i{k} + {j}) * {}", st_strides[k])
+                            } else {
+                                format!("i{k} * {}", st_strides[k])
+                            }
+                        })
+                        .collect();
+                    let flat = if flat.is_empty() {
+                        "0".to_string()
+                    } else {
+                        flat.join(" + ")
+                    };
+                    writeln!(
+                        out,
+                        "            *({vt} *)&b{id}[{flat} + {col}] = {value};"
+                    )
+                    .unwrap();
+                }
+            }
+        }
         writeln!(out, "            float tmp[{w}];").unwrap();
         for j in 0..jn {
+            if vec_fin {
+                break;
+            }
             for t in 0..nv {
                 writeln!(out, "            *({vt} *)tmp = c{j}_{t};").unwrap();
                 writeln!(out, "            for (int64_t l = 0; l < {w}; ++l)").unwrap();
@@ -1168,7 +1227,7 @@ fn load_coef(p: &Program, e: &Expr, v: u32) -> Option<i64> {
 /// True if `e` can be evaluated on a vector of consecutive `Var(v)`: every use of `v` is inside a
 /// stride-1 load, combined only by + - * / and negation.
 fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
-    if !uses_var(e, v) {
+    if !is_vector(e, v) {
         return true;
     }
     match e {
@@ -1188,16 +1247,38 @@ fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
         Expr::Bin(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b) => {
             vectorizable(p, a, v) && vectorizable(p, b, v)
         }
+        Expr::Bin(BinOp::Max | BinOp::Min, a, b) => vectorizable(p, a, v) && vectorizable(p, b, v),
         Expr::Un(UnOp::Neg, a) => vectorizable(p, a, v),
+        Expr::Acc => true,
         _ => false,
     }
 }
 
+/// True if `e` varies along the row (uses `Var(v)` or the accumulator).
+fn is_vector(e: &Expr, v: u32) -> bool {
+    let mut yes = false;
+    e.visit(&mut |x| yes |= *x == Expr::Var(v) || *x == Expr::Acc);
+    yes
+}
+
 /// The C expression of `e` over the vector of columns starting at `col` (a C expression).
 fn vector_expr(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str) -> String {
-    if !uses_var(e, v) {
+    vector_expr_acc(em, e, v, col, vt, "acc")
+}
+
+/// [`vector_expr`] with the accumulator vector named `acc`.
+fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &str) -> String {
+    if !is_vector(e, v) {
         return em.expr(e);
     }
+    let sub = |x: &Expr| vector_expr_acc(em, x, v, col, vt, acc);
+    let vec = |x: &Expr| {
+        if is_vector(x, v) {
+            sub(x)
+        } else {
+            format!("(({vt}){{0}} + {})", em.expr(x))
+        }
+    };
     let zero_v = |x: &Expr| -> Expr {
         x.rewrite(&mut |y| match y {
             Expr::Var(k) if *k == v => Some(Expr::i(0)),
@@ -1227,6 +1308,16 @@ fn vector_expr(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str) -> String {
             Emitter::buf(s),
             em.expr(&zero_v(f))
         ),
+        Expr::Acc => acc.to_string(),
+        Expr::Bin(op @ (BinOp::Max | BinOp::Min), a, b) => {
+            let w = vt.trim_start_matches("cl_f32x");
+            let f = if *op == BinOp::Max {
+                "cl_vmax"
+            } else {
+                "cl_vmin"
+            };
+            format!("{f}({w}, {}, {})", vec(a), vec(b))
+        }
         Expr::Bin(op, a, b) => {
             let o = match op {
                 BinOp::Add => "+",
@@ -1234,13 +1325,9 @@ fn vector_expr(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str) -> String {
                 BinOp::Mul => "*",
                 _ => "/",
             };
-            format!(
-                "({} {o} {})",
-                vector_expr(em, a, v, col, vt),
-                vector_expr(em, b, v, col, vt)
-            )
+            format!("({} {o} {})", sub(a), sub(b))
         }
-        Expr::Un(_, a) => format!("(-{})", vector_expr(em, a, v, col, vt)),
+        Expr::Un(_, a) => format!("(-{})", sub(a)),
         _ => unreachable!("checked by vectorizable"),
     }
 }

@@ -34,6 +34,11 @@ fn count_loads(e: &Expr, b: u32) -> usize {
 /// Fuses `p` in place. Buffers that no stage reads any more and that are not outputs become
 /// [`BufKind::Dead`].
 pub fn fuse(p: &mut Program) {
+    // Epilogues first, so that an elementwise consumer of a contraction (a bias add) is computed
+    // once per output element instead of being inlined into every reader's inner loop; then
+    // inlining, which can expose more epilogues.
+    fuse_epilogues(p);
+    mark_dead(p);
     inline_injective(p);
     mark_dead(p);
     fuse_epilogues(p);
