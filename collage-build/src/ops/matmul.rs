@@ -106,7 +106,20 @@ impl Operator for MatMul {
         if b.len() >= 2 {
             ib.push(Expr::var(next));
         }
-        let body = Expr::load(Src::Arg(0), ia).mul(Expr::load(Src::Arg(1), ib));
+        // A computed right-hand side (attention's K^T, V) is copied once into a buffer of its own,
+        // row-major in its logical shape: whatever transposes produced it are resolved in the copy,
+        // and the contraction then streams rows of it contiguously.
+        let rhs = if cx.consts.get(1).is_some_and(|c| c.is_none())
+            && b.len() >= 2
+            && b.iter().product::<usize>() >= 1024
+        {
+            let ty = cx.input(1).clone();
+            let vars: Vec<Expr> = (0..ty.rank()).map(Expr::var).collect();
+            cx.materialized_stage(ty, Expr::load(Src::Arg(1), vars))
+        } else {
+            Src::Arg(1)
+        };
+        let body = Expr::load(Src::Arg(0), ia).mul(Expr::load(rhs, ib));
         let out = cx.output(0).clone();
         Ok(vec![cx.reduce(out, RedOp::Sum, vec![s.k], body, None)])
     }
