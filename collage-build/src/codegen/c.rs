@@ -583,10 +583,7 @@ fn emit_stage(
                 RedOp::Min => format!("acc = cl_min_{s}(acc, {v});"),
             };
             writeln!(out, "{ri}{upd}").unwrap();
-            for _ in &r.extents {
-                ri.truncate(ri.len() - 4);
-                writeln!(out, "{ri}}}").unwrap();
-            }
+            close_reduction(out, &mut ri, r.extents.len());
             let fin = r
                 .finalize
                 .as_ref()
@@ -822,10 +819,7 @@ impl RowPlan {
         writeln!(out, "        {cty} accv[{jn}][{t}];").unwrap();
         writeln!(out, "        for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {t}; ++i{v}) accv[j][i{v}] = {init};").unwrap();
         let mut ri = "        ".to_string();
-        for (k, &e) in r.extents.iter().enumerate() {
-            writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-            ri.push_str("    ");
-        }
+        open_reduction(out, &mut ri, &r.extents);
         let jammed = |e: &Expr, j: usize| -> Expr {
             if self.jam.is_none() {
                 return e.clone();
@@ -883,10 +877,7 @@ impl RowPlan {
             writeln!(out, "{ri}    {upd}").unwrap();
         }
         writeln!(out, "{ri}}}").unwrap();
-        for _ in &r.extents {
-            ri.truncate(ri.len() - 4);
-            writeln!(out, "{ri}}}").unwrap();
-        }
+        close_reduction(out, &mut ri, r.extents.len());
         let st_strides = strides(shape);
         for j in 0..jn {
             let flat: Vec<String> = (0..shape.len())
@@ -1074,10 +1065,7 @@ impl GemmPlan {
             }
         }
         let mut ri = "            ".to_string();
-        for (k, &e) in r.extents.iter().enumerate() {
-            writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-            ri.push_str("    ");
-        }
+        open_reduction(out, &mut ri, &r.extents);
         for j in 0..jn {
             let body = jammed(&st.body, j);
             for t in 0..nv {
@@ -1085,10 +1073,7 @@ impl GemmPlan {
                 writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
             }
         }
-        for _ in &r.extents {
-            ri.truncate(ri.len() - 4);
-            writeln!(out, "{ri}}}").unwrap();
-        }
+        close_reduction(out, &mut ri, r.extents.len());
         let vec_fin = r
             .finalize
             .as_ref()
@@ -1163,18 +1148,12 @@ impl GemmPlan {
                 writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
             }
             let mut ri = "                ".to_string();
-            for (k, &e) in r.extents.iter().enumerate() {
-                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-                ri.push_str("    ");
-            }
+            open_reduction(out, &mut ri, &r.extents);
             for j in 0..jn {
                 let x = vector_expr(em, &jammed(&st.body, j), v as u32, "c", &vt);
                 writeln!(out, "{ri}a{j} += {x};").unwrap();
             }
-            for _ in &r.extents {
-                ri.truncate(ri.len() - 4);
-                writeln!(out, "{ri}}}").unwrap();
-            }
+            close_reduction(out, &mut ri, r.extents.len());
             writeln!(out, "                float tmp[{vw}];").unwrap();
             for j in 0..jn {
                 writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
@@ -1192,17 +1171,11 @@ impl GemmPlan {
             writeln!(out, "                float s{j} = 0.0f;").unwrap();
         }
         let mut ri = "                ".to_string();
-        for (k, &e) in r.extents.iter().enumerate() {
-            writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-            ri.push_str("    ");
-        }
+        open_reduction(out, &mut ri, &r.extents);
         for j in 0..jn {
             writeln!(out, "{ri}s{j} += {};", em.expr(&jammed(&st.body, j))).unwrap();
         }
-        for _ in &r.extents {
-            ri.truncate(ri.len() - 4);
-            writeln!(out, "{ri}}}").unwrap();
-        }
+        close_reduction(out, &mut ri, r.extents.len());
         for j in 0..jn {
             store(out, j, None, &format!("s{j}"), "                ");
         }
@@ -1468,5 +1441,21 @@ fn transpose_weights(p: &mut Program) {
                 *f = swap(f);
             }
         }
+    }
+}
+
+/// Opens one loop per reduction variable (`r0`, `r1`, ...), indenting `ri`.
+fn open_reduction(out: &mut String, ri: &mut String, extents: &[usize]) {
+    for (k, &e) in extents.iter().enumerate() {
+        writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+        ri.push_str("    ");
+    }
+}
+
+/// Closes the loops of [`open_reduction`].
+fn close_reduction(out: &mut String, ri: &mut String, n: usize) {
+    for _ in 0..n {
+        ri.truncate(ri.len() - 4);
+        writeln!(out, "{ri}}}").unwrap();
     }
 }

@@ -6,7 +6,7 @@ pub mod rust;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::error::{Error, OpError, Result};
+use crate::error::{OpError, Result};
 use crate::ir::{Graph, Tensor, TensorType, ValueId};
 use crate::ops::LowerCx;
 use crate::schedule::{plan_arena, Interval};
@@ -70,21 +70,8 @@ pub fn lower_graph(g: &Graph) -> Result<Program> {
         b
     };
     for node in &g.nodes {
-        let err = |error: OpError| Error::Node {
-            node: node.name.clone(),
-            op: node.op.op_type().to_string(),
-            error,
-        };
-        let inputs: Vec<Option<TensorType>> = node
-            .inputs
-            .iter()
-            .map(|v| v.map(|v| g.ty(v).clone()))
-            .collect();
-        let consts: Vec<Option<Arc<Tensor>>> = node
-            .inputs
-            .iter()
-            .map(|v| v.and_then(|v| g.konst(v).cloned()))
-            .collect();
+        let err = |error: OpError| node.error(error);
+        let (inputs, consts) = node.input_facts(g);
         let outputs: Vec<TensorType> = node.outputs.iter().map(|&o| g.ty(o).clone()).collect();
         let mut cx = LowerCx {
             inputs: &inputs,

@@ -18,25 +18,13 @@ pub fn array_type(ty: &TensorType) -> TokenStream {
     t
 }
 
-/// A Rust identifier for an input name.
+/// A Rust identifier for an input name (`input_<i>` when the name makes none, e.g. a keyword).
 fn ident_for(name: &str, i: usize) -> proc_macro2::Ident {
-    let mut s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty()
-        || s.starts_with(|c: char| c.is_ascii_digit())
-        || syn::parse_str::<syn::Ident>(&s).is_err()
-    {
-        s = format!("input_{i}");
+    let s = crate::tools::sanitize(name);
+    match syn::parse_str::<syn::Ident>(&s) {
+        Ok(_) => format_ident!("{}", s),
+        Err(_) => format_ident!("input_{}", i),
     }
-    format_ident!("{}", s)
 }
 
 fn io_doc(ios: &[Io]) -> String {

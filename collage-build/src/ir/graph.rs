@@ -65,6 +65,32 @@ pub struct Graph {
     pub outputs: Vec<ValueId>,
 }
 
+impl Node {
+    /// Wraps an operator error with this node's name and op type.
+    pub fn error(&self, error: crate::error::OpError) -> crate::error::Error {
+        crate::error::Error::Node {
+            node: self.name.clone(),
+            op: self.op.op_type().to_string(),
+            error,
+        }
+    }
+
+    /// The types (where inferred) and compile-time values of this node's inputs, as operators see them.
+    pub fn input_facts(&self, g: &Graph) -> (Vec<Option<TensorType>>, Vec<Option<Arc<Tensor>>>) {
+        let types = self
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| g.value(v).ty.clone()))
+            .collect();
+        let consts = self
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| g.konst(v).cloned()))
+            .collect();
+        (types, consts)
+    }
+}
+
 impl Graph {
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Self {

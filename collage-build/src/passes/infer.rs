@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::error::{Error, OpError, Result};
-use crate::ir::{Graph, Tensor, TensorType, ValueId};
+use crate::error::{OpError, Result};
+use crate::ir::{Graph, Tensor, ValueId};
 use crate::ops::{InferCx, LowerCx};
 use crate::te::eval_stages;
 
@@ -18,21 +18,8 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
     let mut kept = Vec::with_capacity(nodes.len());
     let mut produced_by: std::collections::HashMap<ValueId, usize> = Default::default();
     for node in nodes {
-        let err = |error: OpError| Error::Node {
-            node: node.name.clone(),
-            op: node.op.op_type().to_string(),
-            error,
-        };
-        let inputs: Vec<Option<TensorType>> = node
-            .inputs
-            .iter()
-            .map(|v| v.and_then(|v| g.value(v).ty.clone()))
-            .collect();
-        let consts: Vec<Option<Arc<Tensor>>> = node
-            .inputs
-            .iter()
-            .map(|v| v.and_then(|v| g.konst(v).cloned()))
-            .collect();
+        let err = |error: OpError| node.error(error);
+        let (inputs, consts) = node.input_facts(g);
         let cx = InferCx {
             inputs: &inputs,
             consts: &consts,
