@@ -517,9 +517,51 @@ fn emit_stage(
     }
     let mut indent = "        ".to_string();
     let loop_dims = rank;
+    // An injective stage that reads its innermost index only as `i / W` and `i % W` (an im2col
+    // over a flattened image) iterates it as two loops, so no division is left per element.
+    let split = if st.reduce.is_none() && rank > nd {
+        split_factor(&st.body, rank as u32 - 1, shape[rank - 1])
+    } else {
+        None
+    };
+    let mut body = st.body.clone();
     for (k, &d) in shape.iter().enumerate().take(loop_dims).skip(nd) {
-        writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
-        indent.push_str("    ");
+        match split {
+            Some(w) if k == rank - 1 => {
+                let (hi, lo) = (rank as u32, rank as u32 + 1);
+                writeln!(
+                    out,
+                    "{indent}for (int64_t i{hi} = 0; i{hi} < {}; ++i{hi}) {{",
+                    d / w
+                )
+                .unwrap();
+                indent.push_str("    ");
+                writeln!(
+                    out,
+                    "{indent}for (int64_t i{lo} = 0; i{lo} < {w}; ++i{lo}) {{"
+                )
+                .unwrap();
+                indent.push_str("    ");
+                writeln!(out, "{indent}const int64_t i{k} = i{hi} * {w} + i{lo};").unwrap();
+                body = body.rewrite(&mut |e| match e {
+                    Expr::Bin(BinOp::Div, a, b)
+                        if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) =>
+                    {
+                        Some(Expr::Var(hi))
+                    }
+                    Expr::Bin(BinOp::FMod, a, b)
+                        if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) =>
+                    {
+                        Some(Expr::Var(lo))
+                    }
+                    _ => None,
+                });
+            }
+            _ => {
+                writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
+                indent.push_str("    ");
+            }
+        }
     }
     let flat_out = (0..shape.len())
         .filter(|&k| shape[k] != 1)
@@ -553,7 +595,7 @@ fn emit_stage(
         flat_out
     };
     match &st.reduce {
-        None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&st.body)).unwrap(),
+        None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&body)).unwrap(),
         Some(r) => {
             writeln!(
                 out,
@@ -592,7 +634,7 @@ fn emit_stage(
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
     }
-    for _ in nd..loop_dims {
+    for _ in nd..loop_dims + split.map_or(0, |_| 1) {
         indent.truncate(indent.len() - 4);
         writeln!(out, "{indent}}}").unwrap();
     }
@@ -1458,4 +1500,26 @@ fn close_reduction(out: &mut String, ri: &mut String, n: usize) {
         ri.truncate(ri.len() - 4);
         writeln!(out, "{ri}}}").unwrap();
     }
+}
+
+/// The factor `W` when `body` uses `Var(v)` only as `Var(v) / W` and `Var(v) % W` (the same `W`,
+/// dividing the extent `n`).
+fn split_factor(body: &Expr, v: u32, n: usize) -> Option<usize> {
+    let mut w: Option<i64> = None;
+    let mut ok = true;
+    let mut wrapped = 0usize;
+    body.visit(&mut |e| match e {
+        Expr::Bin(BinOp::Div | BinOp::FMod, a, b) if **a == Expr::Var(v) => match b.as_ref() {
+            Expr::Const(Scalar::I64(c)) if w.is_none_or(|x| x == *c) => {
+                w = Some(*c);
+                wrapped += 1;
+            }
+            _ => ok = false,
+        },
+        _ => {}
+    });
+    let mut uses = 0usize;
+    body.visit(&mut |e| uses += (*e == Expr::Var(v)) as usize);
+    let w = w? as usize;
+    (ok && uses == wrapped && w > 1 && w < n && n.is_multiple_of(w)).then_some(w)
 }
