@@ -179,3 +179,43 @@ fn reductions_and_pools() {
         node(g, "ReduceMean", ints(&[("axes", vec![1])]), vec![x])
     });
 }
+
+#[test]
+fn erf_is_accurate_across_its_range() {
+    // The generated code computes f32 erf without libm (vectorisable); check it against f64 erf.
+    let xs: Vec<f32> = (-4000..=4000)
+        .map(|i| i as f32 / 1000.0)
+        .chain([1e-8, -1e-6, 3e-4, 0.4999, 0.5, 0.5001])
+        .collect();
+    let mut g = Graph::new("erf");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [xs.len()])));
+    g.inputs.push(x);
+    let y = node(&mut g, "Erf", Attrs::default(), vec![x]);
+    g.outputs.push(y);
+    let c = collage_build::compile_graph(g, "erf").unwrap();
+    let work = std::env::temp_dir().join(format!("collage-erf-{}", std::process::id()));
+    let mut m = collage_build::native::NativeModel::build(&c, &work, "-O2").unwrap();
+    let got = m
+        .run(&[Tensor::from_f32(&[xs.len()], &xs)], &Executor::Serial)
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+    for (i, &v) in xs.iter().enumerate() {
+        let want = libm::erf(v as f64);
+        let err = (got[0].get_f64(i) - want).abs();
+        assert!(
+            err <= 4e-7 + 2e-6 * want.abs(),
+            "erf({v}) = {}, want {want}",
+            got[0].get_f64(i)
+        );
+    }
+}
+
+#[test]
+fn contraction_with_a_vectorised_erf_and_max_epilogue() {
+    check("mm_erf", &[8, 64], |g, x| {
+        let w = g.add_const("w", rand(&[64, 96], 9));
+        let y = node(g, "MatMul", Attrs::default(), vec![x, w]);
+        let e = node(g, "Erf", Attrs::default(), vec![y]);
+        node(g, "Relu", Attrs::default(), vec![e])
+    });
+}

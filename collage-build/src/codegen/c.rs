@@ -78,6 +78,17 @@ static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0
 CL_FLOAT_OPS(float, f32)
 CL_FLOAT_OPS(double, f64)
 
+/* erf for f32 without a library call, so loops and epilogues that use it vectorise (f64 keeps
+   libm's erf): the Maclaurin series for |x| < 0.5 (relative error < 1e-6) and Abramowitz & Stegun
+   7.1.28 above (|error| <= 3e-7). */
+#define CL_ERF_SMALL(x, x2) (1.1283791671f * (x) * (1.0f + (x2) * (-0.3333333333f + (x2) * (0.1f + (x2) * (-0.0238095238f + (x2) * 0.0046296296f)))))
+#define CL_ERF_POLY(x) (1.0f + (x) * (0.0705230784f + (x) * (0.0422820123f + (x) * (0.0092705272f + (x) * (0.0001520143f + (x) * (0.0002765672f + (x) * 0.0000430638f))))))
+static inline float cl_erff(float x) {
+    float a = fabsf(x), t = CL_ERF_POLY(a);
+    t = t * t; t = t * t; t = t * t; t = t * t;
+    return a < 0.5f ? CL_ERF_SMALL(x, x * x) : copysignf(1.0f - 1.0f / t, x);
+}
+
 /* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
 typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
@@ -90,6 +101,11 @@ typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
    would pass wide vectors through memory. */
 #define cl_vsel(W, m, a, b) ((cl_f32x##W)(((cl_i32x##W)(a) & (m)) | ((cl_i32x##W)(b) & ~(m))))
 #define cl_vmax(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ >= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
+#define cl_verf(W, x) ({ cl_f32x##W x_ = (x); cl_i32x##W sign_ = (cl_i32x##W)x_ & (int32_t)0x80000000; \
+    cl_f32x##W a_ = (cl_f32x##W)((cl_i32x##W)x_ & 0x7fffffff), t_ = CL_ERF_POLY(a_); \
+    t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; \
+    cl_f32x##W big_ = (cl_f32x##W)((cl_i32x##W)(1.0f - 1.0f / t_) | sign_), small_ = CL_ERF_SMALL(x_, x_ * x_); \
+    cl_vsel(W, a_ < 0.5f, small_, big_); })
 #define cl_vmin(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ <= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
 "#;
 
@@ -201,6 +217,7 @@ impl Emitter<'_> {
             UnOp::IsNegInf => format!("((uint8_t)(isinf({x}) && {x} < 0))"),
             UnOp::Floor | UnOp::Ceil | UnOp::Round if !d.is_float() => x,
             UnOp::Round => f("nearbyint"),
+            UnOp::Erf if d == DType::F32 => format!("cl_erff({x})"),
             other => f(match other {
                 UnOp::Sqrt => "sqrt",
                 UnOp::Exp => "exp",
@@ -972,7 +989,10 @@ impl GemmPlan {
         let v = shape.len() - 1;
         let mut body_ok = true;
         st.body.visit(&mut |e| {
-            body_ok &= !matches!(e, Expr::Acc | Expr::Bin(BinOp::Max | BinOp::Min, ..))
+            body_ok &= !matches!(
+                e,
+                Expr::Acc | Expr::Bin(BinOp::Max | BinOp::Min, ..) | Expr::Un(UnOp::Erf, _)
+            )
         });
         if shape[v] < lanes || !body_ok || !vectorizable(p, &st.body, v as u32) {
             return None;
@@ -1263,7 +1283,7 @@ fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
             vectorizable(p, a, v) && vectorizable(p, b, v)
         }
         Expr::Bin(BinOp::Max | BinOp::Min, a, b) => vectorizable(p, a, v) && vectorizable(p, b, v),
-        Expr::Un(UnOp::Neg, a) => vectorizable(p, a, v),
+        Expr::Un(UnOp::Neg | UnOp::Erf, a) => vectorizable(p, a, v),
         Expr::Acc => true,
         _ => false,
     }
@@ -1341,6 +1361,9 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
                 _ => "/",
             };
             format!("({} {o} {})", sub(a), sub(b))
+        }
+        Expr::Un(UnOp::Erf, a) => {
+            format!("cl_verf({}, {})", vt.trim_start_matches("cl_f32x"), sub(a))
         }
         Expr::Un(_, a) => format!("(-{})", sub(a)),
         _ => unreachable!("checked by vectorizable"),
