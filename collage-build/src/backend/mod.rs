@@ -1,6 +1,8 @@
 //! Backends: who can run which sub-graph. Today only the `c` backend (generated C kernels) exists;
 //! the placement search (Collage) and library backends build on this trait.
 use crate::ops::OpKind;
+use crate::partition::rule::{Combiner, PartitionRule};
+use crate::partition::sub_graph::SubGraphConfig;
 
 /// A code-generation or library backend.
 pub trait Backend: std::fmt::Debug {
@@ -8,6 +10,8 @@ pub trait Backend: std::fmt::Debug {
     fn name(&self) -> &'static str;
     /// Whether the backend can run an operator of this type and kind.
     fn supports(&self, op_type: &str, kind: OpKind) -> bool;
+    /// The sub-graphs the backend can run as one kernel, as a partition rule.
+    fn rule(&self) -> PartitionRule;
 }
 
 /// The default backend: C kernels generated from tensor expressions, compiled with the system C
@@ -22,6 +26,34 @@ impl Backend for CBackend {
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
         crate::ops::lookup(op_type).is_some()
+    }
+
+    /// Every operator on its own, and the fusions the code generator performs (elementwise
+    /// epilogues of contractions, elementwise chains, injective producers), as single-exit
+    /// sub-graphs up to 8 nodes deep.
+    fn rule(&self) -> PartitionRule {
+        use OpKind::*;
+        let all = PartitionRule::kinds(&[
+            Elementwise,
+            Broadcast,
+            Injective,
+            Reduction,
+            OutElementwiseFusable,
+            Opaque,
+        ]);
+        let fused = PartitionRule::Combine {
+            inner: Box::new(all),
+            combiners: Combiner::fuse_ops(),
+            max_depth: Some(8),
+        };
+        PartitionRule::only_valid(
+            fused,
+            SubGraphConfig {
+                max_exits: Some(1),
+                max_depth: Some(8),
+                allow_taps: false,
+            },
+        )
     }
 }
 
