@@ -1,12 +1,12 @@
 //! Placement on real models: the `c` backend's rule proposes fused candidates, the analytic model
 //! prices them, and the search returns an exact cover of the graph.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use collage_build::backend;
 use collage_build::partition::place::{analytic_cost, node_work, place};
 use collage_build::partition::search::{SearchLimits, StopReason};
 
-fn placed(model: &PathBuf) {
+fn placed(model: &Path) {
     let mut g = collage_build::frontend::onnx::load(model).unwrap();
     collage_build::passes::run(&mut g, collage_build::passes::PIPELINE).unwrap();
     let work = node_work(&g).unwrap();
