@@ -225,6 +225,28 @@ impl Geom {
     }
 }
 
+/// The reduction shared by Conv and ConvTranspose: `sum over (channel, window) of x[xi] * w[wi]`
+/// where `cond` holds, plus the optional bias (input 2) per output channel.
+fn weighted_sum(
+    cx: &mut LowerCx,
+    out: TensorType,
+    xi: Vec<Expr>,
+    wi: Vec<Expr>,
+    cond: Option<Expr>,
+    channels: usize,
+    kernel: &[usize],
+) -> Src {
+    let d = out.dtype;
+    let prod = Expr::load(Src::Arg(0), xi).mul(Expr::load(Src::Arg(1), wi));
+    let body = guard(cond, prod, Expr::c(d, 0.0));
+    let mut extents = vec![channels];
+    extents.extend(kernel);
+    let fin = cx
+        .has(2)
+        .then(|| Expr::Acc.add(Expr::load(Src::Arg(2), vec![Expr::var(1)])));
+    cx.reduce(out, RedOp::Sum, extents, body, fin)
+}
+
 fn guard(cond: Option<Expr>, value: Expr, other: Expr) -> Expr {
     match cond {
         None => value,
@@ -432,7 +454,6 @@ impl Operator for Conv {
         if let Some(srcs) = self.lower_as_gemm(cx, &x, &w, &geo, &out) {
             return Ok(srcs);
         }
-        let d = out.dtype;
         let cg = w.shape[1];
         let mg = w.shape[0] / self.group;
         let ci = if self.group == 1 {
@@ -448,14 +469,7 @@ impl Operator for Conv {
         xi.extend(pos);
         let mut wi = vec![Expr::var(1), Expr::rvar(0)];
         wi.extend((0..geo.kernel.len()).map(|j| Expr::rvar(1 + j)));
-        let prod = Expr::load(Src::Arg(0), xi).mul(Expr::load(Src::Arg(1), wi));
-        let body = guard(cond, prod, Expr::c(d, 0.0));
-        let mut extents = vec![cg];
-        extents.extend(&geo.kernel);
-        let fin = cx
-            .has(2)
-            .then(|| Expr::Acc.add(Expr::load(Src::Arg(2), vec![Expr::var(1)])));
-        Ok(vec![cx.reduce(out, RedOp::Sum, extents, body, fin)])
+        Ok(vec![weighted_sum(cx, out, xi, wi, cond, cg, &geo.kernel)])
     }
 }
 
@@ -584,7 +598,6 @@ impl Operator for ConvTranspose {
         let (x, w) = (cx.input(0).clone(), cx.input(1).clone());
         let geo = self.geom(&x.shape[2..], &w.shape[2..])?;
         let out = cx.output(0).clone();
-        let d = out.dtype;
         let mg = w.shape[1];
         let cg = x.shape[1] / self.group;
         let (ci, co) = if self.group == 1 {
@@ -622,14 +635,7 @@ impl Operator for ConvTranspose {
             wi.push(Expr::rvar(1 + j));
         }
         let cond = conds.into_iter().reduce(|a, b| a.and(b));
-        let prod = Expr::load(Src::Arg(0), xi).mul(Expr::load(Src::Arg(1), wi));
-        let body = guard(cond, prod, Expr::c(d, 0.0));
-        let mut extents = vec![cg];
-        extents.extend(&geo.kernel);
-        let fin = cx
-            .has(2)
-            .then(|| Expr::Acc.add(Expr::load(Src::Arg(2), vec![Expr::var(1)])));
-        Ok(vec![cx.reduce(out, RedOp::Sum, extents, body, fin)])
+        Ok(vec![weighted_sum(cx, out, xi, wi, cond, cg, &geo.kernel)])
     }
 }
 
