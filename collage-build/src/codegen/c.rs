@@ -879,21 +879,7 @@ impl RowPlan {
         writeln!(out, "        for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {t}; ++i{v}) accv[j][i{v}] = {init};").unwrap();
         let mut ri = "        ".to_string();
         open_reduction(out, &mut ri, &r.extents);
-        let jammed = |e: &Expr, j: usize| -> Expr {
-            if self.jam.is_none() {
-                return e.clone();
-            }
-            let vars: Vec<Expr> = (0..shape.len())
-                .map(|k| {
-                    if k == jk {
-                        Expr::var(k).add(Expr::i(j as i64))
-                    } else {
-                        Expr::var(k)
-                    }
-                })
-                .collect();
-            e.subst_vars(&vars)
-        };
+        let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);
         let (value, lo, hi) = match &self.guard {
             Some(g) => {
                 let mut lo = "t0".to_string();
@@ -939,21 +925,7 @@ impl RowPlan {
         close_reduction(out, &mut ri, r.extents.len());
         let st_strides = strides(shape);
         for j in 0..jn {
-            let flat: Vec<String> = (0..shape.len())
-                .filter(|&k| shape[k] != 1)
-                .map(|k| {
-                    if k == jk {
-                        format!("(i{k} + {j}) * {}", st_strides[k])
-                    } else {
-                        format!("i{k} * {}", st_strides[k])
-                    }
-                })
-                .collect();
-            let flat = if flat.is_empty() {
-                "0".to_string()
-            } else {
-                flat.join(" + ")
-            };
+            let flat = jammed_offset(shape, &st_strides, jk, j, None);
             let fin = r
                 .finalize
                 .as_ref()
@@ -1073,38 +1045,10 @@ impl GemmPlan {
             "        const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
         )
         .unwrap();
-        let jammed = |e: &Expr, j: usize| -> Expr {
-            if self.jam.is_none() {
-                return e.clone();
-            }
-            let vars: Vec<Expr> = (0..shape.len())
-                .map(|k| {
-                    if k == jk {
-                        Expr::var(k).add(Expr::i(j as i64))
-                    } else {
-                        Expr::var(k)
-                    }
-                })
-                .collect();
-            e.subst_vars(&vars)
-        };
+        let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);
         let store = |out: &mut String, j: usize, col: Option<&str>, acc: &str, indent: &str| {
             let st_strides = strides(shape);
-            let flat: Vec<String> = (0..shape.len())
-                .filter(|&k| shape[k] != 1)
-                .map(|k| {
-                    if k == jk {
-                        format!("(i{k} + {j}) * {}", st_strides[k])
-                    } else {
-                        format!("i{k} * {}", st_strides[k])
-                    }
-                })
-                .collect();
-            let flat = if flat.is_empty() {
-                "0".to_string()
-            } else {
-                flat.join(" + ")
-            };
+            let flat = jammed_offset(shape, &st_strides, jk, j, None);
             let fin = r
                 .finalize
                 .as_ref()
@@ -1156,21 +1100,7 @@ impl GemmPlan {
                         ),
                         None => format!("c{j}_{t}"),
                     };
-                    let flat: Vec<String> = (0..shape.len())
-                        .filter(|&k| shape[k] != 1 && k != v)
-                        .map(|k| {
-                            if k == jk {
-                                format!("(i{k} + {j}) * {}", st_strides[k])
-                            } else {
-                                format!("i{k} * {}", st_strides[k])
-                            }
-                        })
-                        .collect();
-                    let flat = if flat.is_empty() {
-                        "0".to_string()
-                    } else {
-                        flat.join(" + ")
-                    };
+                    let flat = jammed_offset(shape, &st_strides, jk, j, Some(v));
                     writeln!(
                         out,
                         "            *({vt} *)&b{id}[{flat} + {col}] = {value};"
@@ -1545,4 +1475,45 @@ fn split_factor(body: &Expr, v: u32, n: usize) -> Option<usize> {
     body.visit(&mut |e| uses += (*e == Expr::Var(v)) as usize);
     let w = w? as usize;
     (ok && uses == wrapped && w > 1 && w < n && n.is_multiple_of(w)).then_some(w)
+}
+
+/// `e` for jammed row `j`: `Var(k)` becomes `Var(k) + j` for the jammed dimension `k`.
+fn jam_expr(e: &Expr, rank: usize, jam: Option<(usize, usize)>, j: usize) -> Expr {
+    let Some((jk, _)) = jam else { return e.clone() };
+    let vars: Vec<Expr> = (0..rank)
+        .map(|k| {
+            if k == jk {
+                Expr::var(k).add(Expr::i(j as i64))
+            } else {
+                Expr::var(k)
+            }
+        })
+        .collect();
+    e.subst_vars(&vars)
+}
+
+/// The C offset of output element `i0.., (ijk + j), ..` in row-major `strides`, leaving out
+/// dimension `skip` (added by the caller as a column expression).
+fn jammed_offset(
+    shape: &[usize],
+    strides: &[usize],
+    jk: usize,
+    j: usize,
+    skip: Option<usize>,
+) -> String {
+    let terms: Vec<String> = (0..shape.len())
+        .filter(|&k| shape[k] != 1 && Some(k) != skip)
+        .map(|k| {
+            if k == jk {
+                format!("(i{k} + {j}) * {}", strides[k])
+            } else {
+                format!("i{k} * {}", strides[k])
+            }
+        })
+        .collect();
+    if terms.is_empty() {
+        "0".to_string()
+    } else {
+        terms.join(" + ")
+    }
 }
