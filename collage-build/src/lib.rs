@@ -11,6 +11,7 @@ pub mod codegen;
 pub mod error;
 pub mod explain;
 pub mod frontend;
+pub mod html;
 pub mod ir;
 pub mod measure;
 pub mod native;
