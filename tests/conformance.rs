@@ -3,6 +3,7 @@
 //!
 //! Every in-scope test must pass, or be listed in `tests/expected_failures.txt` with a reason; a
 //! listed test that passes must be removed from the list.
+use collage_build::pipeline::Options;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -48,7 +49,8 @@ fn onnx_node_tests() {
         .collect();
     let work =
         std::env::temp_dir().join(format!("collage-conformance-test-{}", std::process::id()));
-    let results = collage_build::tools::conformance(&dir, 2, None, &work).unwrap();
+    let results =
+        collage_build::tools::conformance(&dir, 2, None, &work, &Options::default()).unwrap();
     let _ = std::fs::remove_dir_all(&work);
     let (mut pass, mut pass_t1) = (0, 0);
     let mut unexpected = Vec::new();
@@ -83,4 +85,56 @@ fn onnx_node_tests() {
         stale.is_empty(),
         "listed as expected failures but pass (remove them from the list): {stale:?}"
     );
+}
+
+/// The node tests of the operators library backends compute (MatMul, Gemm, Conv), with each
+/// available library backend forced first (`--greedy --backends LIB,c`): every contraction the
+/// library can take runs on it, and must match the ONNX reference like the generated code does.
+#[test]
+fn onnx_node_tests_on_library_backends() {
+    let dir = data_dir();
+    assert!(
+        dir.join("scope.txt").exists(),
+        "{} is missing: run .ci/run",
+        dir.display()
+    );
+    for lib in ["gemm", "blas", "dnnl"] {
+        if collage_build::backend::by_name(lib).is_none() {
+            eprintln!("backend {lib} is not available here; skipped");
+            continue;
+        }
+        let opts = Options {
+            backends: format!("{lib},c"),
+            greedy: true,
+            ..Options::default()
+        };
+        let mut failures = Vec::new();
+        let mut ran = 0;
+        for filter in ["test_matmul", "test_gemm", "test_conv"] {
+            let work = std::env::temp_dir().join(format!(
+                "collage-conformance-{lib}-{filter}-{}",
+                std::process::id()
+            ));
+            let results =
+                collage_build::tools::conformance(&dir, 2, Some(filter), &work, &opts).unwrap();
+            let _ = std::fs::remove_dir_all(&work);
+            ran += results.len();
+            failures.extend(
+                results
+                    .into_iter()
+                    .filter_map(|r| r.failure.map(|f| format!("{} {f}", r.name))),
+            );
+        }
+        println!(
+            "conformance on {lib}: {} of {ran} contraction tests pass",
+            ran - failures.len()
+        );
+        assert!(ran > 20, "too few contraction tests found ({ran})");
+        assert!(
+            failures.is_empty(),
+            "{lib}: {} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
 }

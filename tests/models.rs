@@ -2,6 +2,7 @@
 //! fixed inputs (both written by `.ci/run`): |got - want| <= 1e-4 + 1e-3 |want|.
 use std::path::PathBuf;
 
+use collage_build::pipeline::Options;
 use collage_build::tools;
 use collage_runtime::Executor;
 
@@ -11,7 +12,26 @@ fn models_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/models"))
 }
 
+/// Checks `name` compiled with the default placement and, for every available library backend,
+/// with that backend forced first (`--greedy --backends LIB,c`), so each library computes every
+/// contraction it can take.
 fn check(name: &str, threads: usize) {
+    check_with(name, threads, &Options::default());
+    for lib in ["gemm", "blas", "dnnl"] {
+        if collage_build::backend::by_name(lib).is_none() {
+            eprintln!("{name}: backend {lib} is not available here; skipped");
+            continue;
+        }
+        let opts = Options {
+            backends: format!("{lib},c"),
+            greedy: true,
+            ..Options::default()
+        };
+        check_with(name, threads, &opts);
+    }
+}
+
+fn check_with(name: &str, threads: usize, opts: &Options) {
     let dir = models_dir();
     let model = dir.join(format!("{name}.onnx"));
     let reference = dir.join(format!("{name}.ort_out.f32"));
@@ -21,10 +41,11 @@ fn check(name: &str, threads: usize) {
         model.display()
     );
     let work = std::env::temp_dir().join(format!(
-        "collage-models-{name}-{threads}-{}",
+        "collage-models-{name}-{threads}-{}-{}",
+        opts.backends.replace(',', "_"),
         std::process::id()
     ));
-    let mut loaded = tools::load_model(&model, None, &work, "-O2").unwrap();
+    let mut loaded = tools::load_model(&model, None, &work, "-O2", opts).unwrap();
     let in_ty = loaded.model.inputs[0].ty.clone();
     let out_ty = loaded.model.outputs[0].ty.clone();
     let x = tools::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
@@ -35,7 +56,11 @@ fn check(name: &str, threads: usize) {
         .unwrap();
     let _ = std::fs::remove_dir_all(&work);
     let (ok, err) = tools::compare(&got[0], &want);
-    assert!(ok, "{name} ({threads} threads): max |got - want| = {err}");
+    assert!(
+        ok,
+        "{name} ({threads} threads, backends {:?}, greedy {}): max |got - want| = {err}",
+        opts.backends, opts.greedy
+    );
 }
 
 #[test]

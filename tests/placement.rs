@@ -14,7 +14,7 @@ fn placed(model: &Path) {
     let p = place(
         &g,
         &backends,
-        &mut |_, c| analytic_cost(&g, &work, c),
+        &mut |_, c| Some(analytic_cost(&g, &work, c)),
         &|_, _| 0.0,
         SearchLimits::default(),
     )

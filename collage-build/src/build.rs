@@ -19,6 +19,8 @@ pub struct Build {
     onnx: Vec<PathBuf>,
     scan: Vec<PathBuf>,
     cost_cache: Option<PathBuf>,
+    backends: String,
+    greedy: bool,
     out_dir: Option<PathBuf>,
     manifest_dir: Option<PathBuf>,
     cargo: bool,
@@ -80,6 +82,20 @@ impl Build {
         self
     }
 
+    /// Restricts placement to these backends, in priority order (`"c,gemm"`); default: every
+    /// backend available on the build machine (`c`, `gemm`, and `blas` / `dnnl` when their
+    /// libraries link).
+    pub fn backends(mut self, list: &str) -> Self {
+        self.backends = list.to_string();
+        self
+    }
+
+    /// Fixed-priority placement instead of the search (see `collage compile --greedy`).
+    pub fn greedy(mut self, on: bool) -> Self {
+        self.greedy = on;
+        self
+    }
+
     /// Overrides `$OUT_DIR` (for use outside build scripts).
     pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.out_dir = Some(dir.into());
@@ -118,22 +134,31 @@ impl Build {
             })?
             .join("collage");
         std::fs::create_dir_all(&out).map_err(io_err(&out))?;
+        let target = crate::tune::TargetFingerprint::current(&crate::native::c_compiler_version());
+        let mut opts = crate::pipeline::Options {
+            backends: self.backends.clone(),
+            greedy: self.greedy,
+            cache: None,
+            target: Some(target.clone()),
+        };
+        let mut cache_path = None;
         if let Some(cache) = &self.cost_cache {
             let path = root.join(cache);
             self.rerun(&path);
-            if !path.exists() {
-                self.warn(&format!(
-                    "cost cache {} does not exist: kernels are placed with the analytic cost model",
-                    path.display()
+            if path.exists() {
+                opts.cache = Some(std::sync::Arc::new(
+                    crate::tune::CostCache::load_for_target(&path, &target)?,
                 ));
             }
+            cache_path = Some(path);
         }
-        let mut jobs: Vec<(String, Result<Graph>)> = Vec::new();
+        let mut jobs: Vec<(String, String, Result<Graph>)> = Vec::new();
         for p in &self.onnx {
             let full = root.join(p);
             self.rerun(&full);
             jobs.push((
                 symbol_for(&p.to_string_lossy()),
+                full.display().to_string(),
                 crate::frontend::onnx::load(&full),
             ));
         }
@@ -143,23 +168,54 @@ impl Build {
             for (file, found) in crate::frontend::dsl::scan_dir(&full)? {
                 self.rerun(&file);
                 for m in found {
+                    let label = file.display().to_string();
                     jobs.push(match m {
                         Ok(m) => (
                             crate::frontend::dsl::symbol_for_dsl(&m.name),
+                            label,
                             m.to_graph(&root),
                         ),
-                        Err(e) => ("dsl".into(), Err(e)),
+                        Err(e) => ("dsl".into(), label, Err(e)),
                     });
                 }
             }
         }
         let mut built = Built::default();
         let mut errors = Vec::new();
-        for (symbol, g) in jobs {
-            match g.and_then(|g| self.compile_one(g, &symbol, &out)) {
-                Ok(m) => built.models.push(m),
+        let mut misses = Vec::new();
+        for (symbol, label, g) in jobs {
+            match g.and_then(|g| self.compile_one(g, &symbol, &label, &out, &opts)) {
+                Ok((m, warning)) => {
+                    misses.extend(warning);
+                    built.models.push(m)
+                }
                 Err(e) => errors.push(e),
             }
+        }
+        // One warning for the whole build: the kernels priced without measurements and the
+        // command that measures them.
+        if !misses.is_empty() && cache_path.is_some() {
+            let cache = cache_path.as_ref().map_or("a cost cache".to_string(), |p| {
+                if p.exists() {
+                    format!("the cost cache {}", p.display())
+                } else {
+                    format!("the cost cache {} (missing)", p.display())
+                }
+            });
+            let n: usize = misses.iter().map(|(n, _)| n).sum();
+            let file = cache_path
+                .as_ref()
+                .map_or("collage-cache.toml".to_string(), |p| {
+                    p.display().to_string()
+                });
+            let cmds: Vec<String> = misses
+                .iter()
+                .map(|(_, m)| format!("collage tune {m} --cache {file}"))
+                .collect();
+            self.warn(&format!(
+                "{n} kernel costs are not in {cache}; placement used the analytic cost model for them. Measure them with: {}",
+                cmds.join(" && ")
+            ));
         }
         for e in &errors {
             self.warn(&e.to_string());
@@ -193,10 +249,28 @@ impl Build {
         }
     }
 
-    fn compile_one(&self, g: Graph, symbol: &str, out: &Path) -> Result<BuiltModel> {
-        let c = crate::compile_graph(g, symbol)?;
+    /// Compiles one model; also returns (kernels priced without measurement, model source) when
+    /// there were any.
+    fn compile_one(
+        &self,
+        g: Graph,
+        symbol: &str,
+        source: &str,
+        out: &Path,
+        opts: &crate::pipeline::Options,
+    ) -> Result<(BuiltModel, Option<(usize, String)>)> {
+        let source = source.to_string();
+        let c = crate::pipeline::compile(g, symbol, opts)?;
+        let misses = c
+            .placement
+            .as_ref()
+            .filter(|p| p.misses > 0)
+            .map(|p| (p.misses, source));
         let files = write_sources(&c, out)?;
         if self.cargo {
+            for lib in crate::native::link_libs(&c.c_source) {
+                println!("cargo:rustc-link-lib={lib}");
+            }
             cc::Build::new()
                 .file(&files[1])
                 .std("c99")
@@ -211,17 +285,29 @@ impl Build {
                     detail: e.to_string(),
                 })?;
         }
-        Ok(BuiltModel {
-            name: c.name.clone(),
-            symbol: symbol.to_string(),
-            arena_size: c.arena_size,
-            weight_bytes: c.weights.len(),
-            files,
-        })
+        Ok((
+            BuiltModel {
+                name: c.name.clone(),
+                symbol: symbol.to_string(),
+                arena_size: c.arena_size,
+                weight_bytes: c.weights.len(),
+                files,
+            },
+            misses,
+        ))
     }
 
     /// Compiles `model` and writes its generated sources (glue, C, weights, text IR) to `out`.
     pub fn emit_sources(model: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+        Self::emit_sources_with(model, out, &crate::pipeline::Options::default())
+    }
+
+    /// [`Build::emit_sources`] with explicit placement options.
+    pub fn emit_sources_with(
+        model: &Path,
+        out: &Path,
+        opts: &crate::pipeline::Options,
+    ) -> Result<Vec<PathBuf>> {
         let g = crate::frontend::onnx::load(model)?;
         let symbol = symbol_for(
             &model
@@ -229,7 +315,7 @@ impl Build {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         );
-        let c = crate::compile_graph(g, &symbol)?;
+        let c = crate::pipeline::compile(g, &symbol, opts)?;
         std::fs::create_dir_all(out).map_err(io_err(out))?;
         let mut files = write_sources(&c, out)?;
         let ir = out.join(format!("{symbol}.ir.txt"));

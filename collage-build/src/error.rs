@@ -127,6 +127,9 @@ pub enum Error {
     /// The cost cache cannot be used (corrupt, foreign target, ...).
     #[error(transparent)]
     Cache(#[from] crate::tune::CacheError),
+    /// Bad options (an unknown backend, ...).
+    #[error("{0}")]
+    Usage(String),
     /// Bad input data given to `run` (wrong shape or dtype).
     #[error("input `{name}`: {detail}")]
     Data {

@@ -3,8 +3,8 @@
 //! latency. Kernels are keyed in the cache by a canonical signature of their tensor expression, so
 //! the same kernel in another model (same computation, shapes and weight layouts) shares an entry.
 //!
-//! Today every kernel runs on the `c` backend; the placement search over several backends
-//! (`partition`) will use the same keys.
+//! The placement report ([`render_placement`], [`html_page`]) shows every partition with its
+//! backend, cost and the best alternative the search rejected.
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -19,9 +19,6 @@ use crate::measure::{self, kernel_program, MeasureBudget};
 use crate::te::{BufKind, Program, Stage};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
 
-/// The backend every kernel currently runs on.
-pub const BACKEND: &str = "c";
-
 /// One generated kernel.
 #[derive(Clone, Debug)]
 pub struct KernelReport {
@@ -29,7 +26,9 @@ pub struct KernelReport {
     pub id: u32,
     /// The stage name (the node it came from; fused stages keep their last node's name).
     pub name: String,
-    /// The loop schedule.
+    /// The backend that computes it (`c`: generated loops; else a library call).
+    pub backend: &'static str,
+    /// The loop schedule (of generated kernels).
     pub schedule: Schedule,
     /// Output type.
     pub output: String,
@@ -64,6 +63,7 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
             BufKind::Stage(st) => {
                 let canonical = Stage {
                     name: String::new(),
+                    part: 0,
                     ..st.clone()
                 };
                 stage_text = format!("{canonical:?}");
@@ -87,7 +87,8 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
         .unwrap_or_default();
     let signature = format!("{op} {layout} #{:016x}", fnv64(&stage_text));
     let output = p.bufs[id as usize].ty.to_string();
-    Key::new(target.clone(), BACKEND, signature, inputs, [output])
+    let backend = p.stage(id).map_or("c", |s| s.exec.backend());
+    Key::new(target.clone(), backend, signature, inputs, [output])
 }
 
 /// Rough single-thread throughput per schedule, in body evaluations per microsecond: the analytic
@@ -98,6 +99,29 @@ fn rate(s: Schedule) -> f64 {
         Schedule::Row => 6_000.0,
         Schedule::Plain => 3_000.0,
         Schedule::Elementwise => 5_000.0,
+    }
+}
+
+/// Rough single-thread throughput of library GEMMs, in multiply-adds per microsecond. Set below
+/// the generated register-blocked kernels' so that, without measurements, placement keeps the
+/// generated code; measurements in the cache decide otherwise.
+const LIBRARY_RATE: f64 = 30_000.0;
+
+/// Fixed cost of one library call (argument set-up, packing start-up), microseconds.
+const LIBRARY_CALL_US: f64 = 1.0;
+
+/// The analytic single-thread estimate of stage `st` of `p`, microseconds.
+pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
+    match st.exec {
+        crate::te::Exec::Generated => st.work() as f64 / rate(schedule_of(p, st, 16)) + 0.05,
+        crate::te::Exec::Gemm(_) => {
+            let epilogue = st
+                .reduce
+                .as_ref()
+                .and_then(|r| r.finalize.as_ref())
+                .map_or(0.0, |_| st.ty.numel() as f64 / rate(Schedule::Elementwise));
+            st.work() as f64 / LIBRARY_RATE + LIBRARY_CALL_US + epilogue
+        }
     }
 }
 
@@ -118,10 +142,11 @@ pub fn kernels(
             KernelReport {
                 id,
                 name: st.name.clone(),
+                backend: st.exec.backend(),
                 schedule,
                 output: p.bufs[id as usize].ty.to_string(),
                 work: st.work(),
-                estimate_us: st.work() as f64 / rate(schedule) + 0.05,
+                estimate_us: estimate_us(p, st),
                 key,
                 measured,
             }
@@ -129,15 +154,195 @@ pub fn kernels(
         .collect()
 }
 
+/// Node names of `nodes`, with op types, shortened for a report line.
+fn node_list(g: &crate::ir::Graph, nodes: &[usize], max: usize) -> String {
+    let mut names: Vec<String> = nodes
+        .iter()
+        .take(max)
+        .map(|&n| format!("{}({})", g.nodes[n].name, g.nodes[n].op.op_type()))
+        .collect();
+    if nodes.len() > max {
+        names.push(format!("+{} more", nodes.len() - max));
+    }
+    names.join(" ")
+}
+
+/// The placement report: the search's statistics, then one line per partition (backend, cost,
+/// whether measured, the nodes, and the best alternative with its cost), then the use of each
+/// backend.
+pub fn render_placement(c: &Compiled) -> String {
+    let mut out = String::new();
+    let Some(info) = &c.placement else {
+        return out;
+    };
+    let pl = &info.placement;
+    writeln!(
+        out,
+        "placement of {}: {} partitions over {} nodes; backends offered: {}; {}, {} candidates, {:.2} ms; total {:.1} us (kernels + transitions, one thread)",
+        c.name,
+        pl.parts.len(),
+        c.graph.nodes.len(),
+        info.backends.join(","),
+        pl.stop,
+        pl.candidates,
+        pl.elapsed.as_secs_f64() * 1e3,
+        pl.cost_us
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "{:>4}  {:<5} {:>10}  {:<8}  {:<40}  best alternative",
+        "part", "backend", "cost us", "source", "nodes"
+    )
+    .unwrap();
+    for (i, part) in pl.parts.iter().enumerate() {
+        let alt = match info.alternatives.get(i).and_then(|a| a.as_ref()) {
+            Some((b, rule, cost)) => format!("{b} {cost:.1} us ({rule})"),
+            None => "-".into(),
+        };
+        let src = if info.measured.get(i).copied().unwrap_or(false) {
+            "measured"
+        } else {
+            "analytic"
+        };
+        writeln!(
+            out,
+            "{:>4}  {:<5} {:>10.1}  {:<8}  {:<40}  {alt}",
+            i,
+            part.backend,
+            part.cost_us,
+            src,
+            node_list(&c.graph, &part.nodes, 4)
+        )
+        .unwrap();
+    }
+    let mut per: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
+    for part in &pl.parts {
+        let e = per.entry(part.backend).or_default();
+        e.0 += 1;
+        e.1 += part.nodes.len();
+        e.2 += part.cost_us;
+    }
+    let uses: Vec<String> = per
+        .iter()
+        .map(|(b, (p, n, cost))| format!("{b}: {p} partitions, {n} nodes, {cost:.1} us"))
+        .collect();
+    writeln!(out, "backends used: {}", uses.join("; ")).unwrap();
+    if let Some(w) = info.miss_warning(None, std::path::Path::new(&c.name)) {
+        let _ = w;
+        writeln!(
+            out,
+            "{} of {} kernel costs are analytic estimates (not in the cache)",
+            info.misses,
+            info.misses + info.hits
+        )
+        .unwrap();
+    }
+    out
+}
+
+/// The `explain --html` page: the graph coloured by backend and the partition table.
+pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> crate::html::Page {
+    let g = &c.graph;
+    let mut part_of = vec![0usize; g.nodes.len()];
+    let mut backend_of = vec!["c"; g.nodes.len()];
+    let mut parts = Vec::new();
+    if let Some(info) = &c.placement {
+        for (i, part) in info.placement.parts.iter().enumerate() {
+            for &n in &part.nodes {
+                part_of[n] = i;
+                backend_of[n] = part.backend;
+            }
+            let alt = match info.alternatives.get(i).and_then(|a| a.as_ref()) {
+                Some((b, rule, cost)) => format!("{b}: {cost:.1} us ({rule})"),
+                None => "-".into(),
+            };
+            let measured = info.measured.get(i).copied().unwrap_or(false);
+            parts.push(crate::html::PartRow {
+                index: i,
+                backend: part.backend.to_string(),
+                nodes: node_list(g, &part.nodes, 6),
+                kernel: part.rule.clone(),
+                estimated_us: part.cost_us,
+                measured_us: measured.then_some(part.cost_us),
+                alternative: alt,
+            });
+        }
+    }
+    let mut producer = std::collections::HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in &n.outputs {
+            producer.insert(*v, i);
+        }
+    }
+    let mut edges = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for v in n.inputs.iter().flatten() {
+            if let Some(&p) = producer.get(v) {
+                edges.push((p, i));
+            }
+        }
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let nodes = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| crate::html::Node {
+            name: n.name.clone(),
+            op: n.op.op_type().to_string(),
+            shape: n
+                .outputs
+                .first()
+                .map(|&v| g.ty(v).to_string())
+                .unwrap_or_default(),
+            part: part_of[i],
+            backend: backend_of[i].to_string(),
+        })
+        .collect();
+    let mut summary = vec![("model".to_string(), c.name.clone())];
+    if let Some(info) = &c.placement {
+        summary.push(("backends offered".into(), info.backends.join(", ")));
+        summary.push((
+            "search".into(),
+            format!(
+                "{} ({} candidates, {:.2} ms)",
+                info.placement.stop,
+                info.placement.candidates,
+                info.placement.elapsed.as_secs_f64() * 1e3
+            ),
+        ));
+        summary.push((
+            "placement cost".into(),
+            format!("{:.1} us (one thread)", info.placement.cost_us),
+        ));
+        summary.push((
+            "cost sources".into(),
+            format!("{} measured, {} analytic kernels", info.hits, info.misses),
+        ));
+    }
+    let total: f64 = ks.iter().map(|k| k.estimate_us).sum();
+    summary.push((
+        "kernels".into(),
+        format!(
+            "{} generated or library kernels, {total:.1} us estimated",
+            ks.len()
+        ),
+    ));
+    crate::html::Page {
+        title: format!("collage explain: {}", c.name),
+        summary,
+        nodes,
+        edges,
+        parts,
+    }
+}
+
 /// The text report: one line per kernel, then the totals.
 pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
     let mut out = String::new();
-    writeln!(
-        out,
-        "model {model}: {} kernels, all on backend `{BACKEND}` (the only backend in this build)",
-        ks.len()
-    )
-    .unwrap();
+    writeln!(out, "model {model}: {} kernels", ks.len()).unwrap();
     writeln!(
         out,
         "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}",
@@ -162,7 +367,11 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
             "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}",
             format!("k{}", k.id),
             truncate(&k.name, 28),
-            format!("{:?}", k.schedule),
+            if k.backend == "c" {
+                format!("{:?}", k.schedule)
+            } else {
+                format!("{} call", k.backend)
+            },
             truncate(&k.output, 22),
             k.work,
             k.estimate_us,

@@ -18,6 +18,7 @@ pub mod native;
 pub mod ops;
 pub mod partition;
 pub mod passes;
+pub mod pipeline;
 pub mod schedule;
 pub mod te;
 pub mod tools;

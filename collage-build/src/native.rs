@@ -32,8 +32,51 @@ pub fn c_compiler_version() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise).
+/// Whether `source` (a C program) compiles and links against `libs` with the C compiler: how
+/// optional library backends are detected.
+pub fn probe_link(source: &str, libs: &[&str]) -> bool {
+    let dir = std::env::temp_dir().join(format!(
+        "collage-probe-{}-{}",
+        std::process::id(),
+        libs.join("-")
+    ));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return false;
+    }
+    let src = dir.join("probe.c");
+    let exe = dir.join("probe");
+    let ok = std::fs::write(&src, source).is_ok()
+        && Command::new(c_compiler())
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .args(libs.iter().map(|l| format!("-l{l}")))
+            .output()
+            .is_ok_and(|o| o.status.success())
+        && Command::new(&exe)
+            .output()
+            .is_ok_and(|o| o.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+    ok
+}
+
+/// The libraries a generated translation unit must be linked with: its `/* collage-link: NAME */`
+/// lines (written by the code generator for library backends), in order.
+pub fn link_libs(c_source: &str) -> Vec<String> {
+    c_source
+        .lines()
+        .filter_map(|l| l.strip_prefix("/* collage-link: "))
+        .filter_map(|l| l.strip_suffix(" */"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise), linking
+/// the libraries its `collage-link` lines name.
 pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
+    let libs = std::fs::read_to_string(c_path)
+        .map(|s| link_libs(&s))
+        .unwrap_or_default();
     let res = Command::new(c_compiler())
         .args([
             opt,
@@ -51,6 +94,7 @@ pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
         .arg("-o")
         .arg(out)
         .arg(c_path)
+        .args(libs.iter().map(|l| format!("-l{l}")))
         .arg("-lm")
         .output()
         .map_err(|e| Error::CCompile {

@@ -1,4 +1,5 @@
 //! The work behind the CLI: running models on `.pb` data, the conformance runner, the benchmark.
+use crate::pipeline::Options;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -87,7 +88,13 @@ pub struct Loaded {
 /// Compiles `model` for running here. If a shape depends on the value of a graph input and `data`
 /// has a value for it, the input is bound to that value (Collage compiles static shapes) and the
 /// compile is retried.
-pub fn load_model(model: &Path, data: Option<&[Tensor]>, work: &Path, opt: &str) -> Result<Loaded> {
+pub fn load_model(
+    model: &Path,
+    data: Option<&[Tensor]>,
+    work: &Path,
+    opt: &str,
+    opts: &Options,
+) -> Result<Loaded> {
     let g0 = onnx::load(model)?;
     let names: Vec<String> = g0
         .inputs
@@ -108,7 +115,7 @@ pub fn load_model(model: &Path, data: Option<&[Tensor]>, work: &Path, opt: &str)
                 .as_deref()
                 .unwrap_or("model"),
         );
-        match crate::compile_graph(g, &symbol) {
+        match crate::pipeline::compile(g, &symbol, opts) {
             Ok(c) => {
                 let runtime_inputs = (0..names.len())
                     .filter(|i| !bound.contains(&names[*i]))
@@ -196,12 +203,13 @@ pub fn run_on_data(
     work: &Path,
     write: bool,
     exec: &Executor,
+    opts: &Options,
 ) -> Result<Vec<OutputCheck>> {
     let inputs: Vec<Tensor> = files(data, "input")
         .iter()
         .map(|p| read_pb(p))
         .collect::<Result<_>>()?;
-    let mut loaded = load_model(model, Some(&inputs), work, "-O1")?;
+    let mut loaded = load_model(model, Some(&inputs), work, "-O1", opts)?;
     let rt_inputs: Vec<Tensor> = loaded
         .runtime_inputs
         .iter()
@@ -244,6 +252,7 @@ pub fn conformance(
     jobs: usize,
     filter: Option<&str>,
     work: &Path,
+    opts: &Options,
 ) -> Result<Vec<TestResult>> {
     let scope_path = dir.join("scope.txt");
     let scope = std::fs::read_to_string(&scope_path).map_err(io_err(&scope_path))?;
@@ -260,7 +269,7 @@ pub fn conformance(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(name) = tests.get(i) else { break };
-                let failure = run_test(&dir.join(name), &work.join(name));
+                let failure = run_test(&dir.join(name), &work.join(name), opts);
                 results.lock().unwrap().push((
                     i,
                     TestResult {
@@ -276,7 +285,7 @@ pub fn conformance(
     Ok(r.into_iter().map(|(_, t)| t).collect())
 }
 
-fn run_test(dir: &Path, work: &Path) -> Option<String> {
+fn run_test(dir: &Path, work: &Path, opts: &Options) -> Option<String> {
     let model = dir.join("model.onnx");
     let exec = Executor::Serial;
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -289,7 +298,7 @@ fn run_test(dir: &Path, work: &Path) -> Option<String> {
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
         || -> Result<Option<String>> {
             for set in &sets {
-                for c in run_on_data(&model, set, work, false, &exec)? {
+                for c in run_on_data(&model, set, work, false, &exec, opts)? {
                     if !c.pass {
                         return Ok(Some(format!(
                             "output {} ({}) max_abs_err={}",
@@ -334,8 +343,9 @@ pub fn bench(
     threads: usize,
     min_time: Duration,
     work: &Path,
+    opts: &Options,
 ) -> Result<BenchResult> {
-    let mut loaded = load_model(model, input.as_deref(), work, "-O3")?;
+    let mut loaded = load_model(model, input.as_deref(), work, "-O3", opts)?;
     let inputs: Vec<Tensor> = match input {
         Some(v) => loaded
             .runtime_inputs

@@ -16,6 +16,96 @@ pub struct RawRt {
     /// Runs `task` over `0..n`.
     pub parallel_for:
         unsafe extern "C" fn(pool: *const c_void, n: i64, task: Task, ctx: *mut c_void),
+    /// The `gemm` backend's matrix product ([`SgemmFn`]), single-threaded (kernels call it from
+    /// inside their own `parallel_for` blocks).
+    pub sgemm: SgemmFn,
+}
+
+/// `c[i * ldc + j] = sum_p a[i * a_rs + p * a_cs] * b[p * b_rs + j * b_cs]` for `i < m, j < n`.
+pub type SgemmFn = unsafe extern "C" fn(
+    m: i64,
+    n: i64,
+    k: i64,
+    a: *const f32,
+    a_rs: i64,
+    a_cs: i64,
+    b: *const f32,
+    b_rs: i64,
+    b_cs: i64,
+    c: *mut f32,
+    ldc: i64,
+);
+
+/// Whether [`RawRt::sgemm`] is the optimised `gemm` crate (feature `gemm`): generated code that
+/// places kernels on the `gemm` backend asserts this at compile time.
+pub const HAS_GEMM: bool = cfg!(feature = "gemm");
+
+/// The `gemm` backend's product.
+///
+/// # Safety
+/// The pointers must be valid for the strided extents described by the arguments, and `c` must
+/// not overlap `a` or `b`.
+pub unsafe extern "C" fn sgemm(
+    m: i64,
+    n: i64,
+    k: i64,
+    a: *const f32,
+    a_rs: i64,
+    a_cs: i64,
+    b: *const f32,
+    b_rs: i64,
+    b_cs: i64,
+    c: *mut f32,
+    ldc: i64,
+) {
+    if m <= 0 || n <= 0 {
+        return;
+    }
+    #[cfg(feature = "gemm")]
+    {
+        // SAFETY: forwarded from the caller's contract; `read_dst = false` overwrites `c`.
+        unsafe {
+            gemm::gemm(
+                m as usize,
+                n as usize,
+                k as usize,
+                c,
+                1,
+                ldc as isize,
+                false,
+                a,
+                a_cs as isize,
+                a_rs as isize,
+                b,
+                b_cs as isize,
+                b_rs as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
+    }
+    #[cfg(not(feature = "gemm"))]
+    {
+        // Reference loops; generated code never selects this (it asserts HAS_GEMM).
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0f32;
+                for p in 0..k {
+                    // SAFETY: in bounds by the caller's contract.
+                    unsafe {
+                        acc += *a.offset((i * a_rs + p * a_cs) as isize)
+                            * *b.offset((p * b_rs + j * b_cs) as isize)
+                    };
+                }
+                // SAFETY: as above.
+                unsafe { *c.offset((i * ldc + j) as isize) = acc };
+            }
+        }
+    }
 }
 
 /// The serial `parallel_for`: one call over the whole range.
@@ -71,6 +161,7 @@ impl Executor {
             Executor::Serial => RawRt {
                 pool: core::ptr::null(),
                 parallel_for: serial_parallel_for,
+                sgemm,
             },
             #[cfg(feature = "std")]
             Executor::Pool(p) => p.raw(),

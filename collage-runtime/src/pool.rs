@@ -119,6 +119,7 @@ impl ThreadPool {
         RawRt {
             pool: self as *const ThreadPool as *const c_void,
             parallel_for: pool_parallel_for,
+            sgemm: crate::abi::sgemm,
         }
     }
 

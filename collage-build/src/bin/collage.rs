@@ -4,6 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use std::sync::Arc;
+
+use collage_build::pipeline::Options;
 use collage_build::tools;
 use collage_build::tune::{CostCache, TargetFingerprint};
 use collage_runtime::Executor;
@@ -28,6 +31,8 @@ enum Cmd {
         /// Output folder.
         #[arg(short, long, default_value = "collage-out")]
         out: PathBuf,
+        #[command(flatten)]
+        place: PlaceArgs,
     },
     /// Compile and run on input_<i>.pb files; write got_<i>.pb and compare with output_<i>.pb.
     Run {
@@ -39,6 +44,8 @@ enum Cmd {
         /// Threads.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        #[command(flatten)]
+        place: PlaceArgs,
     },
     /// Run every test listed in DIR/scope.txt (ONNX backend node test layout).
     Conformance {
@@ -53,14 +60,19 @@ enum Cmd {
         /// A file listing expected failures (`test  reason`): they are reported, not counted.
         #[arg(long)]
         expected_failures: Option<PathBuf>,
+        #[command(flatten)]
+        place: PlaceArgs,
     },
-    /// Print every generated kernel: its nodes, schedule, estimated and measured cost.
+    /// Print the placement (every partition: backend, nodes, cost, best alternative) and every
+    /// kernel (schedule, estimated and measured cost).
     Explain {
         /// The ONNX model.
         model: PathBuf,
-        /// Cost cache with measurements (from `collage tune`).
+        /// Also write a self-contained HTML page drawing the graph coloured by backend.
         #[arg(long)]
-        cache: Option<PathBuf>,
+        html: Option<PathBuf>,
+        #[command(flatten)]
+        place: PlaceArgs,
     },
     /// Measure every kernel missing from the cost cache and add it (resumable: measured kernels
     /// are saved as they finish and skipped next time).
@@ -92,7 +104,43 @@ enum Cmd {
         /// Minimum timed seconds.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        #[command(flatten)]
+        place: PlaceArgs,
     },
+}
+
+/// How kernels are placed on backends.
+#[derive(clap::Args, Clone, Debug, Default)]
+struct PlaceArgs {
+    /// Backends to choose from, in priority order (e.g. `c,gemm`); default: every available one.
+    #[arg(long, default_value = "")]
+    backends: String,
+    /// Fixed-priority placement: every node on the first backend in --backends that supports it
+    /// (the baseline the search must beat).
+    #[arg(long)]
+    greedy: bool,
+    /// Cost cache with measurements (from `collage tune`); without it, placement uses the
+    /// analytic cost model.
+    #[arg(long)]
+    cache: Option<PathBuf>,
+}
+
+impl PlaceArgs {
+    fn options(&self) -> collage_build::Result<Options> {
+        let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+        let cache = self
+            .cache
+            .as_ref()
+            .map(|p| CostCache::load_for_target(p, &target))
+            .transpose()?
+            .map(Arc::new);
+        Ok(Options {
+            backends: self.backends.clone(),
+            greedy: self.greedy,
+            cache,
+            target: Some(target),
+        })
+    }
 }
 
 /// `collage cache ...`.
@@ -142,8 +190,8 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> collage_build::Result<ExitCode> {
     match cli.cmd {
-        Cmd::Compile { model, out } => {
-            let written = collage_build::Build::emit_sources(&model, &out)?;
+        Cmd::Compile { model, out, place } => {
+            let written = collage_build::Build::emit_sources_with(&model, &out, &place.options()?)?;
             for f in written {
                 println!("wrote {}", f.display());
             }
@@ -153,10 +201,18 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             model,
             data,
             threads,
+            place,
         } => {
+            let opts = place.options()?;
             let work = work_dir("run");
-            let checks =
-                tools::run_on_data(&model, &data, &work, true, &Executor::with_threads(threads));
+            let checks = tools::run_on_data(
+                &model,
+                &data,
+                &work,
+                true,
+                &Executor::with_threads(threads),
+                &opts,
+            );
             remove_work(&work);
             let mut ok = true;
             for c in checks? {
@@ -178,13 +234,15 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             jobs,
             filter,
             expected_failures,
+            place,
         } => {
+            let opts = place.options()?;
             let expected = match &expected_failures {
                 Some(p) => read_expected(p)?,
                 None => Vec::new(),
             };
             let work = work_dir("conformance");
-            let results = tools::conformance(&dir, jobs, filter.as_deref(), &work)?;
+            let results = tools::conformance(&dir, jobs, filter.as_deref(), &work, &opts)?;
             remove_work(&work);
             let (mut passed, mut failed, mut xfail, mut xpass) = (0, 0, 0, 0);
             for r in &results {
@@ -219,18 +277,28 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Cmd::Explain { model, cache } => {
-            let c = compile(&model)?;
-            let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
-            let cache = cache
-                .map(|p| CostCache::load_for_target(&p, &target))
-                .transpose()?;
-            let ks = collage_build::explain::kernels(&c, &target, cache.as_ref());
+        Cmd::Explain { model, html, place } => {
+            let opts = place.options()?;
+            let c = compile(&model, &opts)?;
+            let target = opts.target.clone().expect("set by options()");
+            let ks = collage_build::explain::kernels(&c, &target, opts.cache.as_deref());
+            print!("{}", collage_build::explain::render_placement(&c));
             print!("{}", collage_build::explain::render_text(&c.name, &ks));
+            warn_misses(&c, place.cache.as_deref(), &model);
+            if let Some(path) = html {
+                let page = collage_build::explain::html_page(&c, &ks);
+                std::fs::write(&path, collage_build::html::render(&page)).map_err(|source| {
+                    collage_build::Error::Io {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                println!("wrote {}", path.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Tune { model, cache: path } => {
-            let c = compile(&model)?;
+            let c = compile(&model, &Options::default())?;
             let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
             let mut cache = if path.exists() {
                 CostCache::load_for_target(&path, &target)?
@@ -295,7 +363,9 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             json,
             input,
             seconds,
+            place,
         } => {
+            let opts = place.options()?;
             let work = work_dir("bench");
             let input = match input {
                 Some(p) => {
@@ -311,6 +381,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 threads,
                 Duration::from_secs_f64(seconds),
                 &work,
+                &opts,
             );
             remove_work(&work);
             let r = r?;
@@ -331,7 +402,19 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
     }
 }
 
-fn compile(model: &Path) -> collage_build::Result<collage_build::Compiled> {
+/// One warning when placement priced kernels without measurements: how many, and the command
+/// that measures them.
+fn warn_misses(c: &collage_build::Compiled, cache: Option<&Path>, model: &Path) {
+    if let Some(msg) = c
+        .placement
+        .as_ref()
+        .and_then(|p| p.miss_warning(cache, model))
+    {
+        eprintln!("warning: {msg}");
+    }
+}
+
+fn compile(model: &Path, opts: &Options) -> collage_build::Result<collage_build::Compiled> {
     let g = collage_build::frontend::onnx::load(model)?;
     let symbol = tools::sanitize(
         model
@@ -340,7 +423,7 @@ fn compile(model: &Path) -> collage_build::Result<collage_build::Compiled> {
             .as_deref()
             .unwrap_or("model"),
     );
-    collage_build::compile_graph(g, &symbol)
+    collage_build::pipeline::compile(g, &symbol, opts)
 }
 
 fn read_expected(p: &Path) -> collage_build::Result<Vec<String>> {

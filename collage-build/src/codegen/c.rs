@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use crate::ir::{strides, DType};
-use crate::te::{BinOp, BufKind, Expr, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL};
+use crate::te::{BinOp, BufKind, Exec, Expr, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL};
 
 /// Where every buffer lives at run time.
 #[derive(Clone, Debug)]
@@ -50,6 +50,8 @@ typedef void (*collage_task)(void *ctx, int64_t begin, int64_t end);
 typedef struct {
     const void *pool;
     void (*parallel_for)(const void *pool, int64_t n, collage_task task, void *ctx);
+    void (*sgemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                  const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
 } collage_rt;
 typedef struct {
     uint8_t *A;
@@ -396,6 +398,14 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     let mut out = String::new();
     writeln!(out, "/* {header} */").unwrap();
     out.push_str(PRELUDE);
+    let backends = library_backends(p);
+    if !backends.is_empty() {
+        out.push_str(super::library::PRELUDE);
+    }
+    if backends.contains(&"blas") {
+        out.push_str("/* collage-link: openblas */\n");
+        out.push_str(super::library::BLAS_PRELUDE);
+    }
     out.push_str("\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)\n#define CL_DISPATCH 1\n#endif\n");
     out.push_str("\n#ifdef CL_DISPATCH\n");
     for (suffix, target, _) in VARIANTS {
@@ -422,13 +432,72 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     out
 }
 
+/// The library backends whose calls `p` contains, sorted.
+pub fn library_backends(p: &Program) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = p
+        .bufs
+        .iter()
+        .filter_map(|b| match &b.kind {
+            BufKind::Stage(st) if st.exec != Exec::Generated => Some(st.exec.backend()),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str) {
     let mut calls = String::new();
     for (i, b) in p.bufs.iter().enumerate() {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
-        let (fname, n_outer, parallel) = emit_stage(out, p, places, i as u32, st, suffix);
+        let id = i as u32;
+        let epilogue;
+        let st = match &st.exec {
+            Exec::Generated => st,
+            Exec::Gemm(backend) => {
+                let g = super::library::gemm_call(p, st).unwrap_or_else(|| {
+                    panic!(
+                        "stage {} on {backend} is not a GEMM (placement bug)",
+                        st.name
+                    )
+                });
+                let fname = format!("k{id}{suffix}_lib");
+                writeln!(
+                    out,
+                    "\n/* {}: {} on {backend} */",
+                    st.name.replace("*/", "* /"),
+                    st.ty
+                )
+                .unwrap();
+                super::library::emit_gemm(out, places, id, &g, backend, &fname);
+                writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
+                // The fused epilogue runs in place over the product.
+                let Some(fin) = st
+                    .reduce
+                    .as_ref()
+                    .and_then(|r| r.finalize.clone())
+                    .filter(|f| *f != Expr::Acc)
+                else {
+                    continue;
+                };
+                // The stage iterates its own shape; the buffer may have another (a fused view),
+                // so the element is addressed by its flat position.
+                let vars: Vec<Expr> = (0..st.ty.rank()).map(Expr::var).collect();
+                let this = Expr::load_flat(Src::Buf(id), Expr::flatten(&vars, &st.ty.shape));
+                epilogue = Stage {
+                    name: format!("{}_epilogue", st.name),
+                    body: fin.rewrite(&mut |x| (*x == Expr::Acc).then(|| this.clone())),
+                    reduce: None,
+                    exec: Exec::Generated,
+                    ..st.clone()
+                };
+                &epilogue
+            }
+        };
+        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, suffix);
         if n_outer == 0 {
             continue;
         }
@@ -507,8 +576,10 @@ fn emit_stage(
         }
     };
     for s in &srcs {
-        if let Src::Buf(b) = s {
-            writeln!(out, "{}", ptr(*b, true)).unwrap();
+        match s {
+            // An in-place epilogue reads its own buffer through the output pointer.
+            Src::Buf(b) if *b != id => writeln!(out, "{}", ptr(*b, true)).unwrap(),
+            _ => {}
         }
     }
     writeln!(out, "{}", ptr(id, false)).unwrap();
@@ -1322,6 +1393,7 @@ pub fn pack_weights(p: &mut Program) {
         };
         let rank = st.ty.rank();
         let gemm_like = st.reduce.as_ref().is_some_and(|r| r.op == RedOp::Sum)
+            && st.exec == Exec::Generated
             && st.ty.dtype == DType::F32
             && rank >= 1
             && st.ty.shape[rank - 1] >= PANEL;
@@ -1376,6 +1448,7 @@ fn transpose_weights(p: &mut Program) {
         };
         let rank = st.ty.rank();
         let gemm_like = st.reduce.as_ref().is_some_and(|r| r.op == RedOp::Sum)
+            && st.exec == Exec::Generated
             && st.ty.dtype == DType::F32
             && rank >= 1
             && st.ty.shape[rank - 1] >= 16;

@@ -1,6 +1,7 @@
 //! Code generation: lowering the graph to a [`Program`], fusion, arena planning, C kernels and the
 //! Rust glue.
 pub mod c;
+pub mod library;
 pub mod rust;
 
 use std::collections::HashMap;
@@ -45,10 +46,38 @@ pub struct Compiled {
     pub program: Program,
     /// The optimised graph (for inspection).
     pub graph: Graph,
+    /// What placement decided (absent for single-backend compiles).
+    pub placement: Option<crate::pipeline::PlacementInfo>,
 }
 
-/// Lowers every node of `g` (after the pass pipeline) into one [`Program`].
+/// Lowers every node of `g` (after the pass pipeline) into one [`Program`], every stage tagged
+/// with its node's index as `part` and generated.
 pub fn lower_graph(g: &Graph) -> Result<Program> {
+    lower_graph_with(g, &|n| (n as u32, None))
+}
+
+/// Where one node runs: the fusion region (`part`) of its stages and, for a library backend, its
+/// name (the node's contraction stages that are GEMMs become library calls).
+pub type NodeAssign<'a> = &'a dyn Fn(usize) -> (u32, Option<&'static str>);
+
+/// The execution of a stage whose node runs on `backend`: a library call when the backend is a
+/// GEMM library and the stage is a GEMM it can take, else generated.
+pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::Exec {
+    let Some(b) = backend else {
+        return te::Exec::Generated;
+    };
+    let probe = Stage {
+        exec: te::Exec::Gemm(b),
+        ..st.clone()
+    };
+    match library::gemm_call(p, &probe) {
+        Some(g) if b != "blas" || library::blas_strides_ok(&g) => te::Exec::Gemm(b),
+        _ => te::Exec::Generated,
+    }
+}
+
+/// [`lower_graph`] with each node's stages placed by `assign`.
+pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
     let mut p = Program::default();
     let mut buf_of: HashMap<ValueId, BufId> = HashMap::new();
     for (i, &v) in g.inputs.iter().enumerate() {
@@ -69,7 +98,8 @@ pub fn lower_graph(g: &Graph) -> Result<Program> {
         buf_of.insert(v, b);
         b
     };
-    for node in &g.nodes {
+    for (ni, node) in g.nodes.iter().enumerate() {
+        let (part, backend) = assign(ni);
         let err = |error: OpError| node.error(error);
         let (inputs, consts) = node.input_facts(g);
         let outputs: Vec<TensorType> = node.outputs.iter().map(|&o| g.ty(o).clone()).collect();
@@ -102,11 +132,16 @@ pub fn lower_graph(g: &Graph) -> Result<Program> {
                 r.finalize = r.finalize.map(|f| f.map_src(&|s| resolve(s, &local_bufs)));
                 r
             });
-            let b = p.push(
-                st.name.clone(),
-                st.ty.clone(),
-                BufKind::Stage(Stage { body, reduce, ..st }),
-            );
+            let mut st = Stage {
+                body,
+                reduce,
+                part,
+                ..st
+            };
+            if st.reduce.is_some() {
+                st.exec = exec_for(&p, &st, backend);
+            }
+            let b = p.push(st.name.clone(), st.ty.clone(), BufKind::Stage(st));
             local_bufs.push(b);
         }
         for (k, (&o, s)) in node.outputs.iter().zip(&srcs).enumerate() {
@@ -145,6 +180,8 @@ pub fn lower_graph(g: &Graph) -> Result<Program> {
                     body,
                     reduce: None,
                     materialize: false,
+                    part: 0,
+                    exec: te::Exec::Generated,
                 }),
             );
         }
@@ -195,10 +232,16 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     (places, weights, plan.size)
 }
 
-/// Compiles an imported graph: passes, lowering, fusion, placement, C code.
-pub fn compile_graph(mut g: Graph, symbol: &str) -> Result<Compiled> {
-    crate::passes::run(&mut g, crate::passes::PIPELINE)?;
-    let mut p = lower_graph(&g)?;
+/// Compiles an imported graph with the default options (every available backend, no cost
+/// cache): see [`crate::pipeline::compile`].
+pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
+    crate::pipeline::compile(g, symbol, &crate::pipeline::Options::default())
+}
+
+/// Compiles a graph that has been through the pass pipeline, each node's stages placed by
+/// `assign`: lowering, fusion, memory placement, C code.
+pub fn compile_assigned(g: Graph, symbol: &str, assign: NodeAssign) -> Result<Compiled> {
+    let mut p = lower_graph_with(&g, assign)?;
     te::fuse(&mut p);
     if std::env::var_os("COLLAGE_NO_PACK").is_none() {
         c::pack_weights(&mut p);
@@ -245,5 +288,6 @@ pub fn compile_graph(mut g: Graph, symbol: &str) -> Result<Compiled> {
         outputs,
         program: p,
         graph: g,
+        placement: None,
     })
 }

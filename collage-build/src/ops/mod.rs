@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::error::OpError;
 use crate::ir::{DType, Tensor, TensorType};
-use crate::te::{Expr, RedOp, Reduce, Src, Stage};
+use crate::te::{Exec, Expr, RedOp, Reduce, Src, Stage};
 
 mod attrs;
 pub mod elementwise;
@@ -141,6 +141,8 @@ impl LowerCx<'_> {
             body,
             reduce: None,
             materialize: false,
+            part: 0,
+            exec: Exec::Generated,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }
@@ -172,6 +174,8 @@ impl LowerCx<'_> {
                 finalize,
             }),
             materialize: false,
+            part: 0,
+            exec: Exec::Generated,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }

@@ -456,6 +456,8 @@ pub enum StopReason {
     },
     /// Every node has a candidate, but no set of disjoint candidates covers all nodes.
     NoExactCover,
+    /// No search ran: the fixed-priority rule (`--greedy`) made the placement.
+    Greedy,
 }
 
 impl fmt::Display for StopReason {
@@ -476,6 +478,7 @@ impl fmt::Display for StopReason {
             StopReason::NoExactCover => {
                 f.write_str("no set of disjoint candidates covers every node")
             }
+            StopReason::Greedy => f.write_str("fixed-priority rule (--greedy), no search"),
         }
     }
 }

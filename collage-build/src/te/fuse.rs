@@ -1,6 +1,6 @@
 //! Fusion on tensor expressions: injective producers are inlined into their readers, and
 //! elementwise consumers of a reduction become its epilogue (`finalize`).
-use super::{BufKind, Expr, Program, Src, Stage};
+use super::{BufKind, Exec, Expr, Program, Src, Stage};
 
 /// Largest producer body (in expression nodes) inlined into a reduction's inner loop.
 const CHEAP_NODES: usize = 48;
@@ -57,13 +57,19 @@ fn inline_injective(p: &mut Program) {
             continue;
         };
         let c_reduces = cst.reduce.is_some();
+        let c_part = cst.part;
         let can_inline = |k: u32, e: &Expr| -> bool {
             let Some(pst) = p.stage(k) else { return false };
-            if pst.reduce.is_some() || pst.materialize {
+            if pst.reduce.is_some() || pst.materialize || pst.exec != Exec::Generated {
                 return false;
             }
+            // A pure index remapping (reshape, transpose) is a view: it is inlined into readers
+            // in any partition; anything else only inside its own.
             if is_trivial(pst) {
                 return true;
+            }
+            if pst.part != c_part {
+                return false;
             }
             let single_reader = readers[k as usize].len() == 1;
             let cheap = is_cheap(pst);
@@ -81,7 +87,12 @@ fn inline_injective(p: &mut Program) {
                 _ => None,
             })
         };
-        let body = rewrite(&cst.body);
+        // A library call reads its operands from memory: nothing is inlined into its body.
+        let body = if cst.exec == Exec::Generated {
+            rewrite(&cst.body)
+        } else {
+            cst.body.clone()
+        };
         let fin = cst
             .reduce
             .as_ref()
@@ -121,6 +132,7 @@ fn fuse_epilogues(p: &mut Program) {
             };
             let kbuf = &p.bufs[k as usize];
             if readers[k as usize] != [c as u32]
+                || pst.part != cst.part
                 || p.outputs.contains(&k)
                 || kbuf.packed
                 || pst.ty.numel() != cst.ty.numel()

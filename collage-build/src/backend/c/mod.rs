@@ -1,0 +1,49 @@
+//! The `c` backend: C kernels generated from tensor expressions, compiled with the system C
+//! compiler. Supports every registered operator.
+use super::Backend;
+use crate::ops::OpKind;
+use crate::partition::rule::{Combiner, PartitionRule};
+use crate::partition::sub_graph::SubGraphConfig;
+
+/// The default backend: C kernels generated from tensor expressions, compiled with the system C
+/// compiler. Supports every registered operator.
+#[derive(Debug, Default)]
+pub struct CBackend;
+
+impl Backend for CBackend {
+    fn name(&self) -> &'static str {
+        "c"
+    }
+
+    fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
+        crate::ops::lookup(op_type).is_some()
+    }
+
+    /// Every operator on its own, and the fusions the code generator performs (elementwise
+    /// epilogues of contractions, elementwise chains, injective producers), as single-exit
+    /// sub-graphs up to 8 nodes deep.
+    fn rule(&self) -> PartitionRule {
+        use OpKind::*;
+        let all = PartitionRule::kinds(&[
+            Elementwise,
+            Broadcast,
+            Injective,
+            Reduction,
+            OutElementwiseFusable,
+            Opaque,
+        ]);
+        let fused = PartitionRule::Combine {
+            inner: Box::new(all),
+            combiners: Combiner::fuse_ops(),
+            max_depth: Some(8),
+        };
+        PartitionRule::only_valid(
+            fused,
+            SubGraphConfig {
+                max_exits: Some(1),
+                max_depth: Some(8),
+                allow_taps: false,
+            },
+        )
+    }
+}

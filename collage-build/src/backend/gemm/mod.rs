@@ -1,0 +1,56 @@
+//! The `gemm` backend: matrix products (MatMul, Gemm, and convolutions that lower to a GEMM over
+//! an im2col buffer) computed by the pure-Rust `gemm` crate, which the generated C reaches through
+//! the runtime's `sgemm` callback (`collage_runtime::RawRt`). Elementwise consumers (bias, ReLU,
+//! residual add) join the product as an in-place epilogue.
+use super::Backend;
+use crate::ops::OpKind;
+use crate::partition::rule::{Combiner, PartitionRule};
+use crate::partition::sub_graph::SubGraphConfig;
+
+/// The operators whose contraction a GEMM library can compute.
+pub const CONTRACTIONS: &[&str] = &["MatMul", "Gemm", "Conv"];
+
+/// The rule shared by GEMM libraries: one contraction, optionally followed by a chain of
+/// elementwise and broadcast consumers (its epilogue), single exit, at most 4 nodes deep. Whether
+/// a matched contraction really is an f32 GEMM (grouped convolutions, direct small convolutions
+/// are not), and that a candidate contains one, is decided when it is lowered and priced: other
+/// candidates are dropped.
+pub fn gemm_rule() -> PartitionRule {
+    let anchors = PartitionRule::ops(CONTRACTIONS);
+    let epilogues = PartitionRule::kinds(&[OpKind::Elementwise, OpKind::Broadcast]);
+    let grown = PartitionRule::Combine {
+        inner: Box::new(PartitionRule::Union(vec![anchors, epilogues])),
+        combiners: vec![Combiner::OUT_ELEMENTWISE],
+        max_depth: Some(4),
+    };
+    PartitionRule::only_valid(
+        grown,
+        SubGraphConfig {
+            max_exits: Some(1),
+            max_depth: Some(4),
+            allow_taps: false,
+        },
+    )
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct GemmBackend;
+
+impl Backend for GemmBackend {
+    fn name(&self) -> &'static str {
+        "gemm"
+    }
+
+    fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
+        CONTRACTIONS.contains(&op_type)
+    }
+
+    fn rule(&self) -> PartitionRule {
+        gemm_rule()
+    }
+
+    fn library(&self) -> bool {
+        true
+    }
+}

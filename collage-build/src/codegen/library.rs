@@ -1,0 +1,404 @@
+//! Library calls for stages placed on a GEMM library backend (`gemm`, `blas`): recognising a
+//! contraction as a (batched) GEMM over strided operands, and the C that calls the library.
+//!
+//! The generated call goes through one job description (`cl_gemm_job`, in the prelude) that splits
+//! the product into row or column blocks over the runtime's `parallel_for`; each block calls the
+//! library single-threaded, so thread counts are the runtime's, whatever the library.
+use std::fmt::Write;
+
+use super::c::Place;
+use crate::ir::DType;
+use crate::te::{BinOp, Exec, Expr, Program, RedOp, Src, Stage};
+
+/// An index expression as `c + r * RVar(0) + sum(vars[k] * Var(k))`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Affine {
+    vars: Vec<i64>,
+    r: i64,
+    c: i64,
+}
+
+impl Affine {
+    fn var(&self, k: usize) -> i64 {
+        self.vars.get(k).copied().unwrap_or(0)
+    }
+
+    fn is_const(&self) -> bool {
+        self.r == 0 && self.vars.iter().all(|&v| v == 0)
+    }
+
+    fn combine(mut self, o: &Affine, s: i64) -> Affine {
+        if self.vars.len() < o.vars.len() {
+            self.vars.resize(o.vars.len(), 0);
+        }
+        for (k, &v) in o.vars.iter().enumerate() {
+            self.vars[k] += s * v;
+        }
+        self.r += s * o.r;
+        self.c += s * o.c;
+        self
+    }
+
+    fn scale(mut self, s: i64) -> Affine {
+        self.vars.iter_mut().for_each(|v| *v *= s);
+        self.r *= s;
+        self.c *= s;
+        self
+    }
+}
+
+/// The strict affine form of an index expression (one reduction variable), or `None`.
+fn affine(e: &Expr) -> Option<Affine> {
+    match e {
+        Expr::Var(k) => {
+            let mut a = Affine::default();
+            a.vars.resize(*k as usize + 1, 0);
+            a.vars[*k as usize] = 1;
+            Some(a)
+        }
+        Expr::RVar(0) => Some(Affine {
+            r: 1,
+            ..Affine::default()
+        }),
+        Expr::Const(c) if c.dtype() == DType::I64 => Some(Affine {
+            c: c.as_i64(),
+            ..Affine::default()
+        }),
+        Expr::Bin(BinOp::Add, a, b) => Some(affine(a)?.combine(&affine(b)?, 1)),
+        Expr::Bin(BinOp::Sub, a, b) => Some(affine(a)?.combine(&affine(b)?, -1)),
+        Expr::Bin(BinOp::Mul, a, b) => {
+            let (a, b) = (affine(a)?, affine(b)?);
+            if a.is_const() {
+                Some(b.scale(a.c))
+            } else if b.is_const() {
+                Some(a.scale(b.c))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The buffer and flat element offset of a load, as an affine form.
+fn load_offset(p: &Program, e: &Expr) -> Option<(u32, Affine)> {
+    match e {
+        Expr::Load(Src::Buf(b), idx) => {
+            let shape = &p.bufs[*b as usize].ty.shape;
+            let mut acc = Affine::default();
+            let mut stride = 1i64;
+            for (ie, &d) in idx.iter().zip(shape).rev() {
+                acc = acc.combine(&affine(ie)?, stride);
+                stride *= d as i64;
+            }
+            Some((*b, acc))
+        }
+        Expr::LoadFlat(Src::Buf(b), f) => Some((*b, affine(f)?)),
+        _ => None,
+    }
+}
+
+/// One operand of a GEMM: `buf[off + batch offset + row * rs + col * cs]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    /// The buffer.
+    pub buf: u32,
+    /// Constant element offset.
+    pub off: i64,
+    /// Element stride per batch index (one per batch dimension of the output).
+    pub batch: Vec<i64>,
+    /// Row stride (M for A, K for B).
+    pub rs: i64,
+    /// Column stride (K for A, N for B).
+    pub cs: i64,
+}
+
+/// A stage recognised as `C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]` with C dense row-major.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GemmCall {
+    /// Batch dimensions (the output's leading dimensions).
+    pub batch: Vec<usize>,
+    /// Rows.
+    pub m: usize,
+    /// Columns.
+    pub n: usize,
+    /// Reduction length.
+    pub k: usize,
+    /// Left operand.
+    pub a: Operand,
+    /// Right operand.
+    pub b: Operand,
+}
+
+/// Recognises `st` as a GEMM: an f32 sum reduction over one variable whose body is the product of
+/// two loads with affine offsets, one independent of the column and one of the row.
+pub fn gemm_call(p: &Program, st: &Stage) -> Option<GemmCall> {
+    let r = st.reduce.as_ref()?;
+    if r.op != RedOp::Sum || r.extents.len() != 1 || st.ty.dtype != DType::F32 {
+        return None;
+    }
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    if rank == 0 {
+        return None;
+    }
+    let Expr::Bin(BinOp::Mul, x, y) = &st.body else {
+        return None;
+    };
+    let (bx, ax) = load_offset(p, x)?;
+    let (by, ay) = load_offset(p, y)?;
+    for b in [bx, by] {
+        let buf = &p.bufs[b as usize];
+        if buf.ty.dtype != DType::F32 || buf.packed {
+            return None;
+        }
+    }
+    // Output variables: batch 0..nb, then m (when rank >= 2), then n.
+    let nv = rank as u32;
+    let (mv, nvar) = if rank >= 2 {
+        (Some(nv - 2), nv - 1)
+    } else {
+        (None, 0)
+    };
+    let nb = rank.saturating_sub(2);
+    let m = if rank >= 2 { shape[rank - 2] } else { 1 };
+    let n = shape[rank - 1];
+    let k = r.extents[0];
+    let mcoef = |a: &Affine| mv.map_or(0, |v| a.var(v as usize));
+    // A is the operand that does not move with n, B the one that does not move with m.
+    let (a, b) = if ax.var(nvar as usize) == 0 && mcoef(&ay) == 0 {
+        ((bx, ax), (by, ay))
+    } else if ay.var(nvar as usize) == 0 && mcoef(&ax) == 0 {
+        ((by, ay), (bx, ax))
+    } else {
+        return None;
+    };
+    let operand = |(buf, f): (u32, Affine), rs: i64, cs: i64| Operand {
+        buf,
+        off: f.c,
+        batch: (0..nb).map(|d| f.var(d)).collect(),
+        rs,
+        cs,
+    };
+    let a = {
+        let rs = mcoef(&a.1);
+        let cs = a.1.r;
+        operand(a, rs, cs)
+    };
+    let b = {
+        let rs = b.1.r;
+        let cs = b.1.var(nvar as usize);
+        operand(b, rs, cs)
+    };
+    if a.off < 0 || b.off < 0 {
+        return None;
+    }
+    Some(GemmCall {
+        batch: shape[..nb].to_vec(),
+        m,
+        n,
+        k,
+        a,
+        b,
+    })
+}
+
+/// Whether a stage on `exec` can be emitted: a library stage must be a recognised GEMM.
+pub fn supported(p: &Program, st: &Stage) -> bool {
+    match st.exec {
+        Exec::Generated => true,
+        Exec::Gemm(_) => gemm_call(p, st).is_some(),
+    }
+}
+
+/// The C helpers library stages use (appended to the prelude when a program has any).
+pub const PRELUDE: &str = r#"
+/* Library GEMM: C[m, n] = sum_k A[m, k] B[k, n], strided operands, C dense with leading dimension ldc. */
+typedef void (*cl_sgemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                            const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
+typedef struct {
+    cl_sgemm_fn f;
+    int64_t m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, block;
+    int by_rows;
+    const float *a, *b;
+    float *c;
+} cl_gemm_job;
+static void cl_gemm_task(void *v, int64_t begin, int64_t end) {
+    const cl_gemm_job *j = (const cl_gemm_job *)v;
+    int64_t lo = begin * j->block, hi = end * j->block;
+    if (j->by_rows) {
+        if (hi > j->m) hi = j->m;
+        j->f(hi - lo, j->n, j->k, j->a + lo * j->a_rs, j->a_rs, j->a_cs, j->b, j->b_rs, j->b_cs, j->c + lo * j->ldc, j->ldc);
+    } else {
+        if (hi > j->n) hi = j->n;
+        j->f(j->m, hi - lo, j->k, j->a, j->a_rs, j->a_cs, j->b + lo * j->b_cs, j->b_rs, j->b_cs, j->c + lo, j->ldc);
+    }
+}
+/* Splits the product into blocks of rows (or columns, when there are few rows) over parallel_for. */
+static void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
+    int64_t work = j->m * j->n * j->k, blocks;
+    j->by_rows = j->m >= j->n || j->m >= 64;
+    if (j->by_rows) { j->block = j->m >= 256 ? 32 : 16; blocks = (j->m + j->block - 1) / j->block; }
+    else { j->block = 64; blocks = (j->n + j->block - 1) / j->block; }
+    if (work < (1 << 20) || blocks < 2) cl_gemm_task(j, 0, blocks);
+    else rt->parallel_for(rt->pool, blocks, cl_gemm_task, j);
+}
+"#;
+
+/// The BLAS (cblas) adapter, declared without the header (the ABI is fixed by the standard:
+/// row-major 101, no transpose 111, transpose 112), compiled in when a program uses `blas`.
+pub const BLAS_PRELUDE: &str = r#"
+void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc);
+/* OpenBLAS runs its own threads unless told otherwise; every call here is already one block of a
+   parallel loop, so it runs on one thread (weak: absent in other BLAS implementations). */
+void openblas_set_num_threads(int) __attribute__((weak));
+static void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                          const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
+    static int single = 0;
+    if (!single) { if (openblas_set_num_threads) openblas_set_num_threads(1); single = 1; }
+    /* Mirrors blas_strides_ok: an operand is read untransposed when its column stride is 1. */
+    int ta = (a_cs == 1 || k == 1) && (a_rs >= k || m == 1) ? 111 : 112;
+    int tb = (b_cs == 1 || n == 1) && (b_rs >= n || k == 1) ? 111 : 112;
+    int64_t lda = ta == 111 ? (m == 1 ? (k > 1 ? k : 1) : a_rs) : (k == 1 ? (m > 1 ? m : 1) : a_cs);
+    int64_t ldb = tb == 111 ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
+    cblas_sgemm(101, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
+}
+"#;
+
+/// Whether a BLAS call can take these strides (one of each operand's strides is 1 and the other
+/// a valid leading dimension); the `gemm` crate takes any strides.
+pub fn blas_strides_ok(g: &GemmCall) -> bool {
+    let (m, n, k) = (g.m as i64, g.n as i64, g.k as i64);
+    let a_ok = (g.a.cs == 1 || k == 1) && (g.a.rs >= k || m == 1)
+        || (g.a.rs == 1 || m == 1) && (g.a.cs >= m || k == 1);
+    let b_ok = (g.b.cs == 1 || n == 1) && (g.b.rs >= n || k == 1)
+        || (g.b.rs == 1 || k == 1) && (g.b.cs >= k || n == 1);
+    a_ok && b_ok
+}
+
+/// Emits `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing stage `id` (a
+/// GEMM) into its buffer, one library call per batch element.
+pub fn emit_gemm(
+    out: &mut String,
+    places: &[Place],
+    id: u32,
+    g: &GemmCall,
+    backend: &str,
+    fname: &str,
+) {
+    let f = match backend {
+        "blas" => "cl_blas_sgemm",
+        _ => "rt->sgemm",
+    };
+    writeln!(
+        out,
+        "static void {fname}(const collage_rt *rt, collage_ctx *ctx) {{"
+    )
+    .unwrap();
+    let ptr = |b: u32| -> String {
+        match places[b as usize] {
+            Place::Input(i) => format!("(const float *)ctx->I[{i}]"),
+            Place::Weight(o) => format!("(const float *)(ctx->W + {o})"),
+            Place::Arena(o) => format!("(const float *)(ctx->A + {o})"),
+            Place::None => panic!("GEMM stage {id} reads dead buffer {b}"),
+        }
+    };
+    let Place::Arena(co) = places[id as usize] else {
+        panic!("GEMM stage {id} is not in the arena")
+    };
+    writeln!(out, "    const float *a = {};", ptr(g.a.buf)).unwrap();
+    writeln!(out, "    const float *b = {};", ptr(g.b.buf)).unwrap();
+    writeln!(out, "    float *c = (float *)(ctx->A + {co});").unwrap();
+    let nb: usize = g.batch.iter().product();
+    writeln!(out, "    for (int64_t t = 0; t < {nb}; ++t) {{").unwrap();
+    // Unravel the batch index and form each operand's batch offset.
+    let mut a_off = format!("{}", g.a.off);
+    let mut b_off = format!("{}", g.b.off);
+    let mut rem = "t".to_string();
+    for d in (0..g.batch.len()).rev() {
+        let idx = if d == 0 {
+            rem.clone()
+        } else {
+            format!("({rem} % {})", g.batch[d])
+        };
+        if g.a.batch[d] != 0 {
+            write!(a_off, " + {idx} * {}", g.a.batch[d]).unwrap();
+        }
+        if g.b.batch[d] != 0 {
+            write!(b_off, " + {idx} * {}", g.b.batch[d]).unwrap();
+        }
+        rem = format!("({rem} / {})", g.batch[d]);
+    }
+    let (m, n, k) = (g.m, g.n, g.k);
+    writeln!(
+        out,
+        "        cl_gemm_job j = {{{f}, {m}, {n}, {k}, {}, {}, {}, {}, {n}, 0, 0, a + {a_off}, b + {b_off}, c + t * {}}};",
+        g.a.rs, g.a.cs, g.b.rs, g.b.cs, m * n
+    )
+    .unwrap();
+    writeln!(out, "        cl_gemm(rt, &j);\n    }}\n    (void)rt;\n}}").unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorType;
+    use crate::te::{BufKind, Reduce};
+
+    fn mm(p: &mut Program, a_shape: Vec<usize>, b_shape: Vec<usize>, body: Expr) -> Stage {
+        let a = p.push("a", TensorType::new(DType::F32, a_shape), BufKind::Input(0));
+        let b = p.push("b", TensorType::new(DType::F32, b_shape), BufKind::Input(1));
+        assert_eq!((a, b), (0, 1));
+        Stage {
+            name: "mm".into(),
+            ty: TensorType::new(DType::F32, vec![2, 3, 5]),
+            body,
+            reduce: Some(Reduce {
+                op: RedOp::Sum,
+                extents: vec![4],
+                finalize: None,
+            }),
+            materialize: false,
+            part: 0,
+            exec: Exec::Gemm("blas"),
+        }
+    }
+
+    #[test]
+    fn batched_matmul_and_transposed_operand() {
+        let mut p = Program::default();
+        // C[b, m, n] = A[b, m, r] * B[n, r] (B transposed, shared by the batch).
+        let body = Expr::load(Src::Buf(0), vec![Expr::var(0), Expr::var(1), Expr::rvar(0)])
+            .mul(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let st = mm(&mut p, vec![2, 3, 4], vec![5, 4], body);
+        let g = gemm_call(&p, &st).expect("a GEMM");
+        assert_eq!((g.m, g.n, g.k, g.batch.clone()), (3, 5, 4, vec![2]));
+        assert_eq!((g.a.rs, g.a.cs, g.a.batch.clone()), (4, 1, vec![12]));
+        assert_eq!((g.b.rs, g.b.cs, g.b.batch.clone()), (1, 4, vec![0]));
+        assert!(blas_strides_ok(&g));
+    }
+
+    #[test]
+    fn rejects_non_affine_and_non_product_bodies() {
+        let mut p = Program::default();
+        let div = Expr::load(
+            Src::Buf(0),
+            vec![Expr::var(0), Expr::var(1), Expr::rvar(0).div(Expr::i(2))],
+        )
+        .mul(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let st = mm(&mut p, vec![2, 3, 4], vec![5, 4], div);
+        assert!(gemm_call(&p, &st).is_none());
+        let mut p = Program::default();
+        let sum = Expr::load(Src::Buf(0), vec![Expr::var(0), Expr::var(1), Expr::rvar(0)])
+            .add(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let st = mm(&mut p, vec![2, 3, 4], vec![5, 4], sum);
+        assert!(gemm_call(&p, &st).is_none());
+        // Both operands move with m and n: not a product of matrices.
+        let mut p = Program::default();
+        let both = Expr::load(Src::Buf(0), vec![Expr::var(0), Expr::var(1), Expr::var(2)])
+            .mul(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let st = mm(&mut p, vec![2, 3, 5], vec![5, 4], both);
+        assert!(gemm_call(&p, &st).is_none());
+    }
+}

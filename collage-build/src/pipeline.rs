@@ -1,0 +1,404 @@
+//! The multi-backend compile: price every backend's candidates (cost cache, else the analytic
+//! model), place (Collage search, or the fixed-priority `--greedy` baseline), and generate code
+//! that follows the placement.
+//!
+//! Code follows a placement like this: every node of a library part (`gemm`, `blas`) forms its own
+//! fusion region, its contraction becomes a library call and its elementwise nodes an in-place
+//! epilogue; the nodes placed on `c` share one region, inside which the generator's own fusion
+//! decides the kernels (so adjacent `c` parts may fuse with each other, never with a library part).
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::backend::{self, Backend};
+use crate::codegen::{self, Compiled};
+use crate::error::{Error, Result};
+use crate::explain::{estimate_us, kernel_key};
+use crate::ir::Graph;
+use crate::measure;
+use crate::partition::place::{place, Part, Placement};
+use crate::partition::rule::Candidate;
+use crate::partition::search::SearchLimits;
+use crate::te::{self, BufId, BufKind, Program};
+use crate::tune::{CostCache, Key, TargetFingerprint};
+
+/// How to compile.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Comma-separated backend names in priority order (`c,gemm`); empty: every available one.
+    pub backends: String,
+    /// Replace the search by the fixed-priority rule: every node goes to the first backend in
+    /// the list that supports it.
+    pub greedy: bool,
+    /// Measured kernel costs.
+    pub cache: Option<Arc<CostCache>>,
+    /// The target the cache is read for (default: this machine with the current C compiler).
+    pub target: Option<TargetFingerprint>,
+}
+
+/// What placement decided, for reports.
+#[derive(Clone, Debug)]
+pub struct PlacementInfo {
+    /// The chosen parts, their costs and the search's statistics.
+    pub placement: Placement,
+    /// The backends that were offered, in priority order.
+    pub backends: Vec<&'static str>,
+    /// Kernels priced by the analytic model because the cache had no measurement.
+    pub misses: usize,
+    /// Kernels priced from the cache.
+    pub hits: usize,
+    /// For every part: the cheapest other candidate covering the same nodes (backend, rule,
+    /// cost), if any.
+    pub alternatives: Vec<Option<(String, String, f64)>>,
+    /// Per part: whether its cost is measured (every kernel of it in the cache).
+    pub measured: Vec<bool>,
+    /// Whether `--greedy` made the placement.
+    pub greedy: bool,
+}
+
+impl PlacementInfo {
+    /// The one warning for kernels priced without measurements: their count and the command
+    /// that measures them; `None` when every kernel was measured.
+    pub fn miss_warning(
+        &self,
+        cache: Option<&std::path::Path>,
+        model: &std::path::Path,
+    ) -> Option<String> {
+        if self.misses == 0 {
+            return None;
+        }
+        let total = self.misses + self.hits;
+        let file = cache.map_or("collage-cache.toml".to_string(), |p| {
+            p.display().to_string()
+        });
+        let source = if cache.is_some() {
+            format!("are not in the cost cache {file}")
+        } else {
+            "have no measurement (no cost cache given)".to_string()
+        };
+        Some(format!(
+            "{} of {total} candidate kernel costs {source}; placement used the analytic model for them. Measure them with: collage tune {} --cache {file}",
+            self.misses,
+            model.display()
+        ))
+    }
+}
+
+/// The analytic penalty for a value crossing between two backends, in microseconds, used when
+/// the cache has no measured one: library calls run in the same arena and layout, so a crossing
+/// costs what a kernel boundary costs (the consumer cannot fuse the producer).
+pub const DEFAULT_TRANSITION_US: f64 = 0.5;
+
+/// The cache key of the measured transition penalty from backend `a` to `b`.
+pub fn transition_key(target: &TargetFingerprint, a: &str, b: &str) -> Key {
+    Key::new(
+        target.clone(),
+        "transition",
+        format!("{a}->{b}"),
+        Vec::<String>::new(),
+        Vec::<String>::new(),
+    )
+}
+
+/// Prices candidates: lowers the candidate's nodes alone, fuses them as the code generator
+/// would, and sums the cached (or estimated) cost of the resulting kernels.
+pub struct Pricer<'a> {
+    p0: Program,
+    readers: Vec<Vec<BufId>>,
+    node_stages: Vec<Vec<BufId>>,
+    cache: Option<&'a CostCache>,
+    target: &'a TargetFingerprint,
+    /// Kernel costs looked up so far, by key (a kernel priced twice is counted once).
+    seen: HashMap<Key, bool>,
+}
+
+impl<'a> Pricer<'a> {
+    /// A pricer for `g` (after the pass pipeline).
+    pub fn new(
+        g: &Graph,
+        cache: Option<&'a CostCache>,
+        target: &'a TargetFingerprint,
+    ) -> Result<Self> {
+        let p0 = codegen::lower_graph(g)?;
+        let readers = p0.readers();
+        let mut node_stages = vec![Vec::new(); g.nodes.len()];
+        for (i, b) in p0.bufs.iter().enumerate() {
+            if let BufKind::Stage(st) = &b.kind {
+                if (st.part as usize) < node_stages.len() {
+                    node_stages[st.part as usize].push(i as BufId);
+                }
+            }
+        }
+        Ok(Pricer {
+            p0,
+            readers,
+            node_stages,
+            cache,
+            target,
+            seen: HashMap::new(),
+        })
+    }
+
+    /// The kernels of `nodes` run on `backend` (library or generated), as a fused program, or
+    /// `None` when a library backend would compute none of it (not a GEMM it can take).
+    pub fn part_program(
+        &self,
+        nodes: &[usize],
+        backend: &'static str,
+        library: bool,
+    ) -> Option<Program> {
+        let mut ids: Vec<BufId> = nodes
+            .iter()
+            .flat_map(|&n| self.node_stages[n].iter().copied())
+            .collect();
+        ids.sort_unstable();
+        let inside = |b: BufId| ids.binary_search(&b).is_ok();
+        let mut p = Program::default();
+        let mut map: HashMap<BufId, BufId> = HashMap::new();
+        let mut any_library = false;
+        for &id in &ids {
+            let st = self.p0.stage(id).expect("a stage");
+            let mut srcs = st.body.sources();
+            if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+                srcs.extend(f.sources());
+            }
+            for s in srcs {
+                let te::Src::Buf(b) = s else { continue };
+                if inside(b) || map.contains_key(&b) {
+                    continue;
+                }
+                let buf = &self.p0.bufs[b as usize];
+                let kind = match &buf.kind {
+                    BufKind::Const(t) => BufKind::Const(t.clone()),
+                    _ => BufKind::Input(p.inputs.len()),
+                };
+                let nb = p.push(buf.name.clone(), buf.ty.clone(), kind);
+                if !matches!(p.bufs[nb as usize].kind, BufKind::Const(_)) {
+                    p.inputs.push(nb);
+                    p.input_names.push(buf.name.clone());
+                }
+                map.insert(b, nb);
+            }
+            let mut st = st.clone();
+            let remap = |s: te::Src| match s {
+                te::Src::Buf(b) => te::Src::Buf(map[&b]),
+                other => other,
+            };
+            st.body = st.body.map_src(&remap);
+            if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
+                *f = f.map_src(&remap);
+            }
+            st.part = 0;
+            if library && st.reduce.is_some() {
+                st.exec = codegen::exec_for(&p, &st, Some(backend));
+                any_library |= st.exec != te::Exec::Generated;
+            }
+            let nb = p.push(st.name.clone(), st.ty.clone(), BufKind::Stage(st));
+            map.insert(id, nb);
+            let read_outside = self.readers[id as usize].iter().any(|&r| !inside(r));
+            if read_outside || self.p0.outputs.contains(&id) {
+                p.outputs.push(nb);
+                p.output_names.push(self.p0.bufs[id as usize].name.clone());
+            }
+        }
+        if library && !any_library {
+            return None;
+        }
+        if p.outputs.is_empty() {
+            // Nothing to compute (a node that forwards its input): no kernel, no cost.
+            return Some(p);
+        }
+        te::fuse(&mut p);
+        if std::env::var_os("COLLAGE_NO_PACK").is_none() {
+            codegen::c::pack_weights(&mut p);
+        }
+        Some(p)
+    }
+
+    /// The cost of a candidate on a backend in microseconds, and whether every kernel of it was
+    /// measured; `None` if the backend cannot run it.
+    pub fn price(&mut self, nodes: &[usize], be: &dyn Backend) -> Option<(f64, bool)> {
+        let p = self.part_program(nodes, be.name(), be.library())?;
+        let mut total = 0.0;
+        let mut all_measured = true;
+        for id in measure::stages(&p) {
+            let key = kernel_key(&p, id, self.target);
+            let hit = self.cache.and_then(|c| c.get(&key));
+            total += match hit {
+                Some(e) => e.median_us,
+                None => estimate_us(&p, p.stage(id).expect("a stage")),
+            };
+            all_measured &= hit.is_some();
+            self.seen.entry(key).or_insert(hit.is_some());
+        }
+        Some((total, all_measured))
+    }
+
+    /// (hits, misses) over every distinct kernel priced so far.
+    pub fn counts(&self) -> (usize, usize) {
+        let hits = self.seen.values().filter(|&&h| h).count();
+        (hits, self.seen.len() - hits)
+    }
+}
+
+/// The transition penalty from backend `a` to `b`: measured (cache), else the default.
+fn transition(cache: Option<&CostCache>, target: &TargetFingerprint, a: &str, b: &str) -> f64 {
+    if a == b {
+        return 0.0;
+    }
+    cache
+        .and_then(|c| c.get(&transition_key(target, a, b)))
+        .map_or(DEFAULT_TRANSITION_US, |e| e.median_us)
+}
+
+/// Places `g` (after the pass pipeline) on the backends of `opts`.
+pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Result<PlacementInfo> {
+    let backends = backend::select(&opts.backends)?;
+    let names: Vec<&'static str> = backends.iter().map(|b| b.name()).collect();
+    let cache = opts.cache.as_deref();
+    let mut pricer = Pricer::new(g, cache, target)?;
+    if opts.greedy {
+        return greedy(g, &backends, &mut pricer, cache, target);
+    }
+    let mut priced: Vec<(usize, Vec<usize>, String, f64, bool)> = Vec::new();
+    let placement = place(
+        g,
+        &backends,
+        &mut |b, c: &Candidate| {
+            let nodes: Vec<usize> = c.sub_graph.inside().iter().collect();
+            let (cost, measured) = pricer.price(&nodes, backends[b].as_ref())?;
+            priced.push((b, nodes, c.rule_name.clone(), cost, measured));
+            Some(cost)
+        },
+        &|a, b| transition(cache, target, names[a], names[b]),
+        SearchLimits::default(),
+    )?;
+    let alternatives = placement
+        .parts
+        .iter()
+        .map(|part| {
+            priced
+                .iter()
+                .filter(|(b, nodes, _, _, _)| *nodes == part.nodes && names[*b] != part.backend)
+                .min_by(|x, y| x.3.total_cmp(&y.3))
+                .map(|(b, _, rule, cost, _)| (names[*b].to_string(), rule.clone(), *cost))
+        })
+        .collect();
+    let measured = placement
+        .parts
+        .iter()
+        .map(|part| {
+            priced.iter().any(|(b, nodes, rule, _, m)| {
+                *m && names[*b] == part.backend && *nodes == part.nodes && *rule == part.rule
+            })
+        })
+        .collect();
+    let (hits, misses) = pricer.counts();
+    Ok(PlacementInfo {
+        placement,
+        backends: names,
+        misses,
+        hits,
+        alternatives,
+        measured,
+        greedy: false,
+    })
+}
+
+/// The fixed-priority baseline: every node on the first backend (in priority order) that
+/// supports it and can run it alone.
+fn greedy(
+    g: &Graph,
+    backends: &[Box<dyn Backend>],
+    pricer: &mut Pricer,
+    cache: Option<&CostCache>,
+    target: &TargetFingerprint,
+) -> Result<PlacementInfo> {
+    let start = std::time::Instant::now();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut measured = Vec::new();
+    for (n, node) in g.nodes.iter().enumerate() {
+        let op = node.op.op_type();
+        let kind = node.op.kind();
+        let chosen = backends.iter().find_map(|be| {
+            if !be.supports(op, kind) {
+                return None;
+            }
+            pricer.price(&[n], be.as_ref()).map(|c| (be.name(), c))
+        });
+        let Some((backend, (cost_us, was_measured))) = chosen else {
+            return Err(Error::Model {
+                model: g.name.clone(),
+                detail: format!(
+                    "--greedy: no backend in the list runs node `{}` ({op})",
+                    node.name
+                ),
+            });
+        };
+        parts.push(Part {
+            backend,
+            nodes: vec![n],
+            rule: op.to_string(),
+            cost_us,
+        });
+        measured.push(was_measured);
+    }
+    let mut cost_us: f64 = parts.iter().map(|p| p.cost_us).sum();
+    let part_of: Vec<&str> = parts.iter().map(|p| p.backend).collect();
+    for (n, node) in g.nodes.iter().enumerate() {
+        for v in node.inputs.iter().flatten() {
+            if let Some(pn) = g.nodes.iter().position(|m| m.outputs.contains(v)) {
+                cost_us += transition(cache, target, part_of[pn], part_of[n]);
+            }
+        }
+    }
+    let (hits, misses) = pricer.counts();
+    let n_parts = parts.len();
+    Ok(PlacementInfo {
+        placement: Placement {
+            parts,
+            cost_us,
+            stop: crate::partition::search::StopReason::Greedy,
+            candidates: n_parts,
+            elapsed: start.elapsed(),
+        },
+        backends: backends.iter().map(|b| b.name()).collect(),
+        misses,
+        hits,
+        alternatives: vec![None; n_parts],
+        measured,
+        greedy: true,
+    })
+}
+
+/// The fusion region and library of every node under `info`: library parts get regions 1, 2, ...;
+/// every node on `c` shares region 0.
+pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<&'static str>)> {
+    let mut a = vec![(0u32, None); g.nodes.len()];
+    let mut next = 1u32;
+    for part in &info.placement.parts {
+        let lib = backend::by_name(part.backend).is_some_and(|b| b.library());
+        if !lib {
+            continue;
+        }
+        for &n in &part.nodes {
+            a[n] = (next, Some(part.backend));
+        }
+        next += 1;
+    }
+    a
+}
+
+/// Compiles an imported graph on the backends of `opts`: passes, placement, lowering that
+/// follows it, fusion, arena, C and glue.
+pub fn compile(mut g: Graph, symbol: &str, opts: &Options) -> Result<Compiled> {
+    crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+    let target = opts
+        .target
+        .clone()
+        .unwrap_or_else(|| TargetFingerprint::current(&crate::native::c_compiler_version()));
+    let info = place_graph(&g, opts, &target)?;
+    let assign = assignment(&g, &info);
+    let mut c = codegen::compile_assigned(g, symbol, &|n| assign[n])?;
+    c.placement = Some(info);
+    Ok(c)
+}
