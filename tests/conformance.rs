@@ -100,6 +100,12 @@ fn onnx_node_tests_on_library_backends() {
     );
     for lib in ["gemm", "blas", "dnnl"] {
         if collage_build::backend::by_name(lib).is_none() {
+            let required = std::env::var("COLLAGE_REQUIRE_BACKENDS")
+                .is_ok_and(|v| v.split(',').any(|b| b == lib));
+            assert!(
+                !required,
+                "backend {lib} is required (COLLAGE_REQUIRE_BACKENDS) but not available"
+            );
             eprintln!("backend {lib} is not available here; skipped");
             continue;
         }

@@ -19,6 +19,10 @@ fn check(name: &str, threads: usize) {
     check_with(name, threads, &Options::default());
     for lib in ["gemm", "blas", "dnnl"] {
         if collage_build::backend::by_name(lib).is_none() {
+            assert!(
+                !required(lib),
+                "backend {lib} is required (COLLAGE_REQUIRE_BACKENDS) but not available"
+            );
             eprintln!("{name}: backend {lib} is not available here; skipped");
             continue;
         }
@@ -29,6 +33,12 @@ fn check(name: &str, threads: usize) {
         };
         check_with(name, threads, &opts);
     }
+}
+
+/// Whether CI requires `lib` (`COLLAGE_REQUIRE_BACKENDS=blas,dnnl`): then a missing library
+/// is a failure, not a skip.
+fn required(lib: &str) -> bool {
+    std::env::var("COLLAGE_REQUIRE_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b == lib))
 }
 
 fn check_with(name: &str, threads: usize, opts: &Options) {

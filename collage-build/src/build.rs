@@ -146,9 +146,16 @@ impl Build {
             let path = root.join(cache);
             self.rerun(&path);
             if path.exists() {
-                opts.cache = Some(std::sync::Arc::new(
-                    crate::tune::CostCache::load_for_target(&path, &target)?,
-                ));
+                // A corrupt cache is an error; one measured on other machines only is not (a
+                // crate's checked-in cache must not break its users' builds): it is ignored with
+                // a warning, and placement falls back to the analytic model.
+                match crate::tune::CostCache::load_for_target(&path, &target) {
+                    Ok(c) => opts.cache = Some(std::sync::Arc::new(c)),
+                    Err(e @ crate::tune::CacheError::ForeignTarget { .. }) => self.warn(&format!(
+                        "{e}; placement uses the analytic cost model (add this machine's measurements with COLLAGE_TUNE=1 cargo build)"
+                    )),
+                    Err(e) => return Err(e.into()),
+                }
             }
             cache_path = Some(path);
         }
@@ -180,6 +187,25 @@ impl Build {
                 }
             }
         }
+        // `COLLAGE_TUNE=1 cargo build`: measure what the placement needs and update the cache
+        // first (works for DSL models too, which `collage tune` cannot read).
+        let tune = std::env::var_os("COLLAGE_TUNE").is_some_and(|v| v != "0");
+        if self.cargo {
+            println!("cargo:rerun-if-env-changed=COLLAGE_TUNE");
+        }
+        if let (true, Some(path)) = (tune, &cache_path) {
+            // Keep other machines' entries: the file may hold several targets.
+            let mut cache = if path.exists() {
+                crate::tune::CostCache::load(path)?
+            } else {
+                crate::tune::CostCache::new()
+            };
+            for (_, label, g) in &jobs {
+                let Ok(g) = g else { continue };
+                self.tune_one(g.clone(), label, &out, &opts, &target, &mut cache, path)?;
+            }
+            opts.cache = Some(std::sync::Arc::new(cache));
+        }
         let mut built = Built::default();
         let mut errors = Vec::new();
         let mut misses = Vec::new();
@@ -210,7 +236,13 @@ impl Build {
                 });
             let cmds: Vec<String> = misses
                 .iter()
-                .map(|(_, m)| format!("collage tune {m} --cache {file}"))
+                .map(|(_, m)| {
+                    if m.ends_with(".onnx") {
+                        format!("collage tune {m} --cache {file}")
+                    } else {
+                        format!("COLLAGE_TUNE=1 cargo build (for {m})")
+                    }
+                })
                 .collect();
             self.warn(&format!(
                 "{n} kernel costs are not in {cache}; placement used the analytic cost model for them. Measure them with: {}",
@@ -247,6 +279,46 @@ impl Build {
         if self.cargo {
             println!("cargo:rerun-if-changed={}", p.display());
         }
+    }
+
+    /// Measures every kernel the placement of `g` may need (candidates, then the chosen
+    /// placement's kernels) that `cache` lacks, saving the cache to `path` as it goes.
+    #[allow(clippy::too_many_arguments)]
+    fn tune_one(
+        &self,
+        mut g: Graph,
+        label: &str,
+        out: &Path,
+        opts: &crate::pipeline::Options,
+        target: &crate::tune::TargetFingerprint,
+        cache: &mut crate::tune::CostCache,
+        path: &Path,
+    ) -> Result<()> {
+        crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+        let work = out.join("tune");
+        let budget = crate::explain::default_budget();
+        let mut save = |c: &crate::tune::CostCache| c.save(path).map_err(Into::into);
+        let n = crate::pipeline::tune_candidates(
+            &g,
+            opts,
+            target,
+            cache,
+            &work,
+            budget,
+            &mut save,
+            &mut |_, _| {},
+        )?;
+        let mut o = opts.clone();
+        o.cache = Some(std::sync::Arc::new(cache.clone()));
+        let c = crate::pipeline::compile_passed(g, "tune", &o, target)?;
+        let m = crate::explain::tune(&c, target, cache, &work, budget, &mut save, &mut |_, _| {})?;
+        let _ = std::fs::remove_dir_all(&work);
+        self.warn(&format!(
+            "COLLAGE_TUNE: measured {} kernels of {label} into {}",
+            n + m,
+            path.display()
+        ));
+        Ok(())
     }
 
     /// Compiles one model; also returns (kernels priced without measurement, model source) when

@@ -68,7 +68,12 @@ pub fn link_libs(c_source: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("/* collage-link: "))
         .filter_map(|l| l.strip_suffix(" */"))
         .map(str::to_string)
-        .collect()
+        .fold(Vec::new(), |mut v, l| {
+            if !v.contains(&l) {
+                v.push(l);
+            }
+            v
+        })
 }
 
 /// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise), linking

@@ -12,10 +12,12 @@ use crate::partition::rule::PartitionRule;
 
 pub mod blas;
 pub mod c;
+pub mod dnnl;
 pub mod gemm;
 
 pub use blas::BlasBackend;
 pub use c::CBackend;
+pub use dnnl::DnnlBackend;
 pub use gemm::GemmBackend;
 
 /// A code-generation or library backend.
@@ -38,7 +40,7 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
 
 /// Every backend compiled into this `collage-build`, available on this machine or not, in the
 /// default priority order.
-pub const ALL: &[&str] = &["c", "gemm", "blas"];
+pub const ALL: &[&str] = &["c", "gemm", "blas", "dnnl"];
 
 /// The backend named `name`, if it is compiled in and usable here.
 pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
@@ -46,6 +48,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
         "c" => Some(Box::new(CBackend)),
         "gemm" => Some(Box::new(GemmBackend)),
         "blas" if blas::available() => Some(Box::new(BlasBackend)),
+        "dnnl" if dnnl::available() => Some(Box::new(DnnlBackend)),
         _ => None,
     }
 }

@@ -82,6 +82,9 @@ enum Cmd {
         /// The cost cache to fill (created if missing).
         #[arg(long)]
         cache: PathBuf,
+        /// Backends whose candidates are measured (default: every available one).
+        #[arg(long, default_value = "")]
+        backends: String,
     },
     /// Cost cache maintenance.
     Cache {
@@ -297,13 +300,23 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Tune { model, cache: path } => {
-            let c = compile(&model, &Options::default())?;
+        Cmd::Tune {
+            model,
+            cache: path,
+            backends,
+        } => {
             let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
             let mut cache = if path.exists() {
                 CostCache::load_for_target(&path, &target)?
             } else {
                 CostCache::new()
+            };
+            let mut g = collage_build::frontend::onnx::load(&model)?;
+            collage_build::passes::run(&mut g, collage_build::passes::PIPELINE)?;
+            let mut opts = Options {
+                backends,
+                target: Some(target.clone()),
+                ..Options::default()
             };
             let work = work_dir("tune");
             let bar = indicatif::ProgressBar::new(0);
@@ -313,8 +326,34 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            bar.set_message(format!("tuning {}", c.name));
-            let n = collage_build::explain::tune(
+            bar.set_message(format!("tuning {} candidates", g.name));
+            // Every kernel the search may price (all backends' candidates), then the kernels of
+            // the placement those measurements choose.
+            let n = collage_build::pipeline::tune_candidates(
+                &g,
+                &opts,
+                &target,
+                &mut cache,
+                &work,
+                collage_build::explain::default_budget(),
+                &mut |cache| cache.save(&path).map_err(Into::into),
+                &mut |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                },
+            );
+            let n = match n {
+                Ok(n) => n,
+                Err(e) => {
+                    bar.finish_and_clear();
+                    remove_work(&work);
+                    return Err(e);
+                }
+            };
+            opts.cache = Some(Arc::new(cache.clone()));
+            let c = compile(&model, &opts)?;
+            bar.set_message(format!("tuning {} placement", c.name));
+            let m = collage_build::explain::tune(
                 &c,
                 &target,
                 &mut cache,
@@ -328,10 +367,11 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             );
             bar.finish_and_clear();
             remove_work(&work);
-            let n = n?;
+            let m = m?;
             cache.save(&path)?;
             println!(
-                "measured {n} kernels; {} entries in {}",
+                "measured {} kernels; {} entries in {}",
+                n + m,
                 cache.len(),
                 path.display()
             );

@@ -398,6 +398,9 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     let mut out = String::new();
     writeln!(out, "/* {header} */").unwrap();
     out.push_str(PRELUDE);
+    out.push_str("\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)\n#define CL_DISPATCH 1\n#endif\n");
+    // Library helpers come after the shared prelude, each behind an include guard, so that
+    // translation units joined for measurement define them once.
     let backends = library_backends(p);
     if !backends.is_empty() {
         out.push_str(super::library::PRELUDE);
@@ -406,7 +409,10 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         out.push_str("/* collage-link: openblas */\n");
         out.push_str(super::library::BLAS_PRELUDE);
     }
-    out.push_str("\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)\n#define CL_DISPATCH 1\n#endif\n");
+    if backends.contains(&"dnnl") {
+        out.push_str("/* collage-link: dnnl */\n/* collage-link: gomp */\n");
+        out.push_str(super::library::DNNL_PRELUDE);
+    }
     out.push_str("\n#ifdef CL_DISPATCH\n");
     for (suffix, target, _) in VARIANTS {
         writeln!(

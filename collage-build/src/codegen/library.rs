@@ -213,6 +213,8 @@ pub fn supported(p: &Program, st: &Stage) -> bool {
 
 /// The C helpers library stages use (appended to the prelude when a program has any).
 pub const PRELUDE: &str = r#"
+#ifndef CL_GEMM_PRELUDE
+#define CL_GEMM_PRELUDE
 /* Library GEMM: C[m, n] = sum_k A[m, k] B[k, n], strided operands, C dense with leading dimension ldc. */
 typedef void (*cl_sgemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                             const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
@@ -223,7 +225,7 @@ typedef struct {
     const float *a, *b;
     float *c;
 } cl_gemm_job;
-static void cl_gemm_task(void *v, int64_t begin, int64_t end) {
+static inline void cl_gemm_task(void *v, int64_t begin, int64_t end) {
     const cl_gemm_job *j = (const cl_gemm_job *)v;
     int64_t lo = begin * j->block, hi = end * j->block;
     if (j->by_rows) {
@@ -235,7 +237,7 @@ static void cl_gemm_task(void *v, int64_t begin, int64_t end) {
     }
 }
 /* Splits the product into blocks of rows (or columns, when there are few rows) over parallel_for. */
-static void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
+static inline void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
     int64_t work = j->m * j->n * j->k, blocks;
     j->by_rows = j->m >= j->n || j->m >= 64;
     if (j->by_rows) { j->block = j->m >= 256 ? 32 : 16; blocks = (j->m + j->block - 1) / j->block; }
@@ -243,17 +245,20 @@ static void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
     if (work < (1 << 20) || blocks < 2) cl_gemm_task(j, 0, blocks);
     else rt->parallel_for(rt->pool, blocks, cl_gemm_task, j);
 }
+#endif
 "#;
 
 /// The BLAS (cblas) adapter, declared without the header (the ABI is fixed by the standard:
 /// row-major 101, no transpose 111, transpose 112), compiled in when a program uses `blas`.
 pub const BLAS_PRELUDE: &str = r#"
+#ifndef CL_BLAS_PRELUDE
+#define CL_BLAS_PRELUDE
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc);
 /* OpenBLAS runs its own threads unless told otherwise; every call here is already one block of a
    parallel loop, so it runs on one thread (weak: absent in other BLAS implementations). */
 void openblas_set_num_threads(int) __attribute__((weak));
-static void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+static inline void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                           const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
     static int single = 0;
     if (!single) { if (openblas_set_num_threads) openblas_set_num_threads(1); single = 1; }
@@ -264,6 +269,29 @@ static void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64
     int64_t ldb = tb == 111 ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
     cblas_sgemm(101, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
+#endif
+"#;
+
+/// The oneDNN adapter (`dnnl_sgemm`, row-major, declared without the header; `dnnl_dim_t` is
+/// `int64_t`), compiled in when a program uses `dnnl`. oneDNN threads with OpenMP; every call here
+/// is one block of a parallel loop, so the calling thread's OpenMP team is set to one thread.
+pub const DNNL_PRELUDE: &str = r#"
+#ifndef CL_DNNL_PRELUDE
+#define CL_DNNL_PRELUDE
+int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+void omp_set_num_threads(int) __attribute__((weak));
+static inline void cl_dnnl_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                                 const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
+    if (omp_set_num_threads) omp_set_num_threads(1);
+    /* Mirrors blas_strides_ok: an operand is read untransposed when its column stride is 1. */
+    int na = (a_cs == 1 || k == 1) && (a_rs >= k || m == 1);
+    int nb = (b_cs == 1 || n == 1) && (b_rs >= n || k == 1);
+    int64_t lda = na ? (m == 1 ? (k > 1 ? k : 1) : a_rs) : (k == 1 ? (m > 1 ? m : 1) : a_cs);
+    int64_t ldb = nb ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
+    dnnl_sgemm(na ? 'N' : 'T', nb ? 'N' : 'T', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+#endif
 "#;
 
 /// Whether a BLAS call can take these strides (one of each operand's strides is 1 and the other
@@ -289,6 +317,7 @@ pub fn emit_gemm(
 ) {
     let f = match backend {
         "blas" => "cl_blas_sgemm",
+        "dnnl" => "cl_dnnl_sgemm",
         _ => "rt->sgemm",
     };
     writeln!(

@@ -71,7 +71,8 @@ pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::E
         ..st.clone()
     };
     match library::gemm_call(p, &probe) {
-        Some(g) if b != "blas" || library::blas_strides_ok(&g) => te::Exec::Gemm(b),
+        // BLAS-style interfaces take one unit stride per operand; the `gemm` crate any strides.
+        Some(g) if b == "gemm" || library::blas_strides_ok(&g) => te::Exec::Gemm(b),
         _ => te::Exec::Generated,
     }
 }
