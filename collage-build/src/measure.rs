@@ -97,7 +97,7 @@ pub fn stages(p: &Program) -> Vec<BufId> {
 }
 
 /// Every buffer a stage reads (body and `finalize`), sorted, without duplicates.
-fn stage_sources(st: &Stage) -> Vec<BufId> {
+pub(crate) fn stage_sources(st: &Stage) -> Vec<BufId> {
     let mut srcs = st.body.sources();
     if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
         srcs.extend(f.sources());

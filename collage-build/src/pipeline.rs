@@ -157,12 +157,7 @@ impl<'a> Pricer<'a> {
         let mut any_library = false;
         for &id in &ids {
             let st = self.p0.stage(id).expect("a stage");
-            let mut srcs = st.body.sources();
-            if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
-                srcs.extend(f.sources());
-            }
-            for s in srcs {
-                let te::Src::Buf(b) = s else { continue };
+            for b in measure::stage_sources(st) {
                 if inside(b) || map.contains_key(&b) {
                     continue;
                 }
@@ -343,12 +338,10 @@ fn greedy(
         measured.push(was_measured);
     }
     let mut cost_us: f64 = parts.iter().map(|p| p.cost_us).sum();
-    let part_of: Vec<&str> = parts.iter().map(|p| p.backend).collect();
-    for (n, node) in g.nodes.iter().enumerate() {
-        for v in node.inputs.iter().flatten() {
-            if let Some(pn) = g.nodes.iter().position(|m| m.outputs.contains(v)) {
-                cost_us += transition(cache, target, part_of[pn], part_of[n]);
-            }
+    let view = crate::partition::sub_graph::DataflowView::new(g);
+    for n in 0..g.nodes.len() {
+        for &pn in view.inputs(n) {
+            cost_us += transition(cache, target, parts[pn].backend, parts[n].backend);
         }
     }
     let (hits, misses) = pricer.counts();
@@ -505,4 +498,28 @@ pub fn tune_candidates(
         save(cache)?;
     }
     Ok(total)
+}
+
+/// Everything `collage tune` measures for `g` (after the pass pipeline): the candidates of every
+/// backend ([`tune_candidates`]), then the kernels of the placement those measurements choose.
+/// Returns how many kernels were measured.
+#[allow(clippy::too_many_arguments)]
+pub fn tune_model(
+    g: &Graph,
+    opts: &Options,
+    target: &TargetFingerprint,
+    cache: &mut CostCache,
+    work: &std::path::Path,
+    budget: measure::MeasureBudget,
+    save: &mut dyn FnMut(&CostCache) -> Result<()>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<usize> {
+    let n = tune_candidates(g, opts, target, cache, work, budget, save, progress)?;
+    let chosen = Options {
+        cache: Some(Arc::new(cache.clone())),
+        ..opts.clone()
+    };
+    let c = compile_passed(g.clone(), "tune", &chosen, target)?;
+    let m = crate::explain::tune(&c, target, cache, work, budget, save, progress)?;
+    Ok(n + m)
 }

@@ -15,10 +15,8 @@ pub mod c;
 pub mod dnnl;
 pub mod gemm;
 
-pub use blas::BlasBackend;
 pub use c::CBackend;
-pub use dnnl::DnnlBackend;
-pub use gemm::GemmBackend;
+pub use gemm::GemmLibrary;
 
 /// A code-generation or library backend.
 pub trait Backend: std::fmt::Debug + Send + Sync {
@@ -32,10 +30,6 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn library(&self) -> bool {
         false
     }
-    /// Libraries the generated code must link (`-l` names).
-    fn link_libs(&self) -> &'static [&'static str] {
-        &[]
-    }
 }
 
 /// Every backend compiled into this `collage-build`, available on this machine or not, in the
@@ -46,9 +40,9 @@ pub const ALL: &[&str] = &["c", "gemm", "blas", "dnnl"];
 pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
     match name {
         "c" => Some(Box::new(CBackend)),
-        "gemm" => Some(Box::new(GemmBackend)),
-        "blas" if blas::available() => Some(Box::new(BlasBackend)),
-        "dnnl" if dnnl::available() => Some(Box::new(DnnlBackend)),
+        "gemm" => Some(Box::new(gemm::backend())),
+        "blas" if blas::available() => Some(Box::new(blas::backend())),
+        "dnnl" if dnnl::available() => Some(Box::new(dnnl::backend())),
         _ => None,
     }
 }

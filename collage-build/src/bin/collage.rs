@@ -313,7 +313,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             };
             let mut g = collage_build::frontend::onnx::load(&model)?;
             collage_build::passes::run(&mut g, collage_build::passes::PIPELINE)?;
-            let mut opts = Options {
+            let opts = Options {
                 backends,
                 target: Some(target.clone()),
                 ..Options::default()
@@ -326,10 +326,8 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            bar.set_message(format!("tuning {} candidates", g.name));
-            // Every kernel the search may price (all backends' candidates), then the kernels of
-            // the placement those measurements choose.
-            let n = collage_build::pipeline::tune_candidates(
+            bar.set_message(format!("tuning {}", g.name));
+            let n = collage_build::pipeline::tune_model(
                 &g,
                 &opts,
                 &target,
@@ -342,36 +340,12 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                     bar.set_position(done as u64);
                 },
             );
-            let n = match n {
-                Ok(n) => n,
-                Err(e) => {
-                    bar.finish_and_clear();
-                    remove_work(&work);
-                    return Err(e);
-                }
-            };
-            opts.cache = Some(Arc::new(cache.clone()));
-            let c = compile(&model, &opts)?;
-            bar.set_message(format!("tuning {} placement", c.name));
-            let m = collage_build::explain::tune(
-                &c,
-                &target,
-                &mut cache,
-                &work,
-                collage_build::explain::default_budget(),
-                &mut |cache| cache.save(&path).map_err(Into::into),
-                &mut |done, total| {
-                    bar.set_length(total as u64);
-                    bar.set_position(done as u64);
-                },
-            );
             bar.finish_and_clear();
             remove_work(&work);
-            let m = m?;
+            let n = n?;
             cache.save(&path)?;
             println!(
-                "measured {} kernels; {} entries in {}",
-                n + m,
+                "measured {n} kernels; {} entries in {}",
                 cache.len(),
                 path.display()
             );

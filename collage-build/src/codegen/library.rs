@@ -236,6 +236,18 @@ static inline void cl_gemm_task(void *v, int64_t begin, int64_t end) {
         j->f(j->m, hi - lo, j->k, j->a, j->a_rs, j->a_cs, j->b + lo * j->b_cs, j->b_rs, j->b_cs, j->c + lo, j->ldc);
     }
 }
+/* The BLAS-style layout of strided operands (mirrors blas_strides_ok): an operand is read
+   untransposed when its column stride is 1; leading dimensions are made valid for unit extents. */
+typedef struct { int na, nb; int64_t lda, ldb; } cl_blas_layout;
+static inline cl_blas_layout cl_blas_layout_of(int64_t m, int64_t n, int64_t k, int64_t a_rs, int64_t a_cs,
+                                               int64_t b_rs, int64_t b_cs) {
+    cl_blas_layout l;
+    l.na = (a_cs == 1 || k == 1) && (a_rs >= k || m == 1);
+    l.nb = (b_cs == 1 || n == 1) && (b_rs >= n || k == 1);
+    l.lda = l.na ? (m == 1 ? (k > 1 ? k : 1) : a_rs) : (k == 1 ? (m > 1 ? m : 1) : a_cs);
+    l.ldb = l.nb ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
+    return l;
+}
 /* Splits the product into blocks of rows (or columns, when there are few rows) over parallel_for. */
 static inline void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
     int64_t work = j->m * j->n * j->k, blocks;
@@ -262,12 +274,9 @@ static inline void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a
                           const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
     static int single = 0;
     if (!single) { if (openblas_set_num_threads) openblas_set_num_threads(1); single = 1; }
-    /* Mirrors blas_strides_ok: an operand is read untransposed when its column stride is 1. */
-    int ta = (a_cs == 1 || k == 1) && (a_rs >= k || m == 1) ? 111 : 112;
-    int tb = (b_cs == 1 || n == 1) && (b_rs >= n || k == 1) ? 111 : 112;
-    int64_t lda = ta == 111 ? (m == 1 ? (k > 1 ? k : 1) : a_rs) : (k == 1 ? (m > 1 ? m : 1) : a_cs);
-    int64_t ldb = tb == 111 ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
-    cblas_sgemm(101, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
+    cl_blas_layout l = cl_blas_layout_of(m, n, k, a_rs, a_cs, b_rs, b_cs);
+    cblas_sgemm(101, l.na ? 111 : 112, l.nb ? 111 : 112, (int)m, (int)n, (int)k, 1.0f, a, (int)l.lda, b,
+                (int)l.ldb, 0.0f, c, (int)ldc);
 }
 #endif
 "#;
@@ -284,12 +293,8 @@ void omp_set_num_threads(int) __attribute__((weak));
 static inline void cl_dnnl_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                                  const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
     if (omp_set_num_threads) omp_set_num_threads(1);
-    /* Mirrors blas_strides_ok: an operand is read untransposed when its column stride is 1. */
-    int na = (a_cs == 1 || k == 1) && (a_rs >= k || m == 1);
-    int nb = (b_cs == 1 || n == 1) && (b_rs >= n || k == 1);
-    int64_t lda = na ? (m == 1 ? (k > 1 ? k : 1) : a_rs) : (k == 1 ? (m > 1 ? m : 1) : a_cs);
-    int64_t ldb = nb ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
-    dnnl_sgemm(na ? 'N' : 'T', nb ? 'N' : 'T', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    cl_blas_layout l = cl_blas_layout_of(m, n, k, a_rs, a_cs, b_rs, b_cs);
+    dnnl_sgemm(l.na ? 'N' : 'T', l.nb ? 'N' : 'T', m, n, k, 1.0f, a, l.lda, b, l.ldb, 0.0f, c, ldc);
 }
 #endif
 "#;

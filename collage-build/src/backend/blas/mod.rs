@@ -4,35 +4,11 @@
 //! library simply does not get the backend.
 use std::sync::OnceLock;
 
-use super::gemm::{gemm_rule, CONTRACTIONS};
-use super::Backend;
-use crate::ops::OpKind;
-use crate::partition::rule::PartitionRule;
+use super::gemm::GemmLibrary;
 
-/// See the module documentation.
-#[derive(Debug, Default)]
-pub struct BlasBackend;
-
-impl Backend for BlasBackend {
-    fn name(&self) -> &'static str {
-        "blas"
-    }
-
-    fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
-        CONTRACTIONS.contains(&op_type)
-    }
-
-    fn rule(&self) -> PartitionRule {
-        gemm_rule()
-    }
-
-    fn library(&self) -> bool {
-        true
-    }
-
-    fn link_libs(&self) -> &'static [&'static str] {
-        &["openblas"]
-    }
+/// The `blas` backend.
+pub fn backend() -> GemmLibrary {
+    GemmLibrary { name: "blas" }
 }
 
 const PROBE: &str = "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, \

@@ -5,35 +5,11 @@
 //! here, so a machine without oneDNN simply does not get the backend.
 use std::sync::OnceLock;
 
-use super::gemm::{gemm_rule, CONTRACTIONS};
-use super::Backend;
-use crate::ops::OpKind;
-use crate::partition::rule::PartitionRule;
+use super::gemm::GemmLibrary;
 
-/// See the module documentation.
-#[derive(Debug, Default)]
-pub struct DnnlBackend;
-
-impl Backend for DnnlBackend {
-    fn name(&self) -> &'static str {
-        "dnnl"
-    }
-
-    fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
-        CONTRACTIONS.contains(&op_type)
-    }
-
-    fn rule(&self) -> PartitionRule {
-        gemm_rule()
-    }
-
-    fn library(&self) -> bool {
-        true
-    }
-
-    fn link_libs(&self) -> &'static [&'static str] {
-        &["dnnl", "gomp"]
-    }
+/// The `dnnl` backend.
+pub fn backend() -> GemmLibrary {
+    GemmLibrary { name: "dnnl" }
 }
 
 const PROBE: &str = "#include <stdint.h>\nint dnnl_sgemm(char, char, int64_t, int64_t, int64_t, \

@@ -33,13 +33,17 @@ pub fn gemm_rule() -> PartitionRule {
     )
 }
 
-/// See the module documentation.
-#[derive(Debug, Default)]
-pub struct GemmBackend;
+/// A backend whose kernels are library GEMM calls (`gemm`, `blas`, `dnnl`): they share
+/// [`gemm_rule`] and differ only in the library the generated code calls.
+#[derive(Debug)]
+pub struct GemmLibrary {
+    /// The backend name, which also selects the call adapter (`codegen::library`).
+    pub name: &'static str,
+}
 
-impl Backend for GemmBackend {
+impl Backend for GemmLibrary {
     fn name(&self) -> &'static str {
-        "gemm"
+        self.name
     }
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
@@ -53,4 +57,9 @@ impl Backend for GemmBackend {
     fn library(&self) -> bool {
         true
     }
+}
+
+/// The `gemm` backend (always available: the crate is a dependency of the runtime).
+pub fn backend() -> GemmLibrary {
+    GemmLibrary { name: "gemm" }
 }
