@@ -19,6 +19,9 @@ pub struct RawRt {
     /// The `gemm` backend's matrix product ([`SgemmFn`]), single-threaded (kernels call it from
     /// inside their own `parallel_for` blocks).
     pub sgemm: SgemmFn,
+    /// How many threads `parallel_for` runs on (1 for the serial executor): library calls size
+    /// their blocks by it.
+    pub threads: i64,
 }
 
 /// `c[i * ldc + j] = sum_p a[i * a_rs + p * a_cs] * b[p * b_rs + j * b_cs]` for `i < m, j < n`.
@@ -162,6 +165,7 @@ impl Executor {
                 pool: core::ptr::null(),
                 parallel_for: serial_parallel_for,
                 sgemm,
+                threads: 1,
             },
             #[cfg(feature = "std")]
             Executor::Pool(p) => p.raw(),

@@ -120,6 +120,7 @@ impl ThreadPool {
             pool: self as *const ThreadPool as *const c_void,
             parallel_for: pool_parallel_for,
             sgemm: crate::abi::sgemm,
+            threads: self.threads() as i64,
         }
     }
 

@@ -25,6 +25,12 @@ pub enum Place {
 /// memory-bound, and two cores fetch them faster than one.
 const PARALLEL_WEIGHT_BYTES: usize = 256 << 10;
 
+/// Whether a stage is worth splitting across threads (a `parallel_for` costs a few microseconds).
+pub(super) fn worth_parallel(p: &Program, st: &Stage) -> bool {
+    st.work() >= PARALLEL_WORK
+        || (st.work() >= PARALLEL_WORK / 8 && const_bytes(p, st) >= PARALLEL_WEIGHT_BYTES)
+}
+
 /// Bytes of constants a stage reads.
 fn const_bytes(p: &Program, st: &Stage) -> usize {
     let mut srcs = st.body.sources();
@@ -52,6 +58,7 @@ typedef struct {
     void (*parallel_for)(const void *pool, int64_t n, collage_task task, void *ctx);
     void (*sgemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                   const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
+    int64_t threads;
 } collage_rt;
 typedef struct {
     uint8_t *A;
@@ -478,7 +485,8 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str) {
                     st.ty
                 )
                 .unwrap();
-                super::library::emit_gemm(out, places, id, &g, backend, &fname);
+                let parallel = worth_parallel(p, st);
+                super::library::emit_gemm(out, places, id, &g, backend, &fname, parallel);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
                 // The fused epilogue runs in place over the product.
                 let Some(fin) = st
@@ -546,9 +554,7 @@ fn emit_stage(
         (_, Some(rp)) => rp.n_outer,
         _ => shape[..nd].iter().product(),
     };
-    let parallel = n_outer > 1
-        && (st.work() >= PARALLEL_WORK
-            || (st.work() >= PARALLEL_WORK / 8 && const_bytes(p, st) >= PARALLEL_WEIGHT_BYTES));
+    let parallel = n_outer > 1 && worth_parallel(p, st);
     let em = Emitter {
         p,
         acc: st.ty.dtype,

@@ -1,9 +1,11 @@
-//! Library calls for stages placed on a GEMM library backend (`gemm`, `blas`): recognising a
-//! contraction as a (batched) GEMM over strided operands, and the C that calls the library.
+//! Library calls for stages placed on a GEMM library backend (`gemm`, `blas`, `dnnl`): recognising
+//! a contraction as a (batched) GEMM over strided operands, and the C that calls the library.
 //!
-//! The generated call goes through one job description (`cl_gemm_job`, in the prelude) that splits
-//! the product into row or column blocks over the runtime's `parallel_for`; each block calls the
-//! library single-threaded, so thread counts are the runtime's, whatever the library.
+//! The generated call goes through one job description (`cl_gemm_job`, in the prelude): on one
+//! thread every product is one library call; on more, the products are split into as many
+//! (batch element, row or column block) tasks as divide evenly over the runtime's threads, run by
+//! its `parallel_for`, each calling the library single-threaded, so thread counts are the
+//! runtime's, whatever the library.
 use std::fmt::Write;
 
 use super::c::Place;
@@ -218,24 +220,36 @@ pub const PRELUDE: &str = r#"
 /* Library GEMM: C[m, n] = sum_k A[m, k] B[k, n], strided operands, C dense with leading dimension ldc. */
 typedef void (*cl_sgemm_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                             const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
+/* Batch offsets of A and B for batch element t (generated per kernel). */
+typedef void (*cl_gemm_offsets_fn)(int64_t t, int64_t *a_off, int64_t *b_off);
 typedef struct {
     cl_sgemm_fn f;
-    int64_t m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, block;
+    cl_gemm_offsets_fn offsets;
+    int64_t m, n, k, a_rs, a_cs, b_rs, b_cs, ldc, c_bs, batch;
+    int parallel; /* worth splitting over threads (decided at build time, as for generated stages) */
+    int64_t blocks, block;
     int by_rows;
     const float *a, *b;
     float *c;
 } cl_gemm_job;
+/* Tasks are (batch element, block) pairs; a block is a range of rows or of columns. */
 static inline void cl_gemm_task(void *v, int64_t begin, int64_t end) {
     const cl_gemm_job *j = (const cl_gemm_job *)v;
-    int64_t lo = begin * j->block, hi = end * j->block;
-    if (j->by_rows) {
-        if (hi > j->m) hi = j->m;
-        j->f(hi - lo, j->n, j->k, j->a + lo * j->a_rs, j->a_rs, j->a_cs, j->b, j->b_rs, j->b_cs, j->c + lo * j->ldc, j->ldc);
-    } else {
-        if (hi > j->n) hi = j->n;
-        j->f(j->m, hi - lo, j->k, j->a, j->a_rs, j->a_cs, j->b + lo * j->b_cs, j->b_rs, j->b_cs, j->c + lo, j->ldc);
+    for (int64_t i = begin; i < end; ++i) {
+        int64_t t = i / j->blocks, lo = (i % j->blocks) * j->block, hi = lo + j->block, ao, bo;
+        j->offsets(t, &ao, &bo);
+        const float *a = j->a + ao, *b = j->b + bo;
+        float *c = j->c + t * j->c_bs;
+        if (j->by_rows) {
+            if (hi > j->m) hi = j->m;
+            j->f(hi - lo, j->n, j->k, a + lo * j->a_rs, j->a_rs, j->a_cs, b, j->b_rs, j->b_cs, c + lo * j->ldc, j->ldc);
+        } else {
+            if (hi > j->n) hi = j->n;
+            j->f(j->m, hi - lo, j->k, a, j->a_rs, j->a_cs, b + lo * j->b_cs, j->b_rs, j->b_cs, c + lo, j->ldc);
+        }
     }
 }
+static inline int64_t cl_gcd(int64_t a, int64_t b) { while (b) { int64_t r = a % b; a = b; b = r; } return a; }
 /* The BLAS-style layout of strided operands (mirrors blas_strides_ok): an operand is read
    untransposed when its column stride is 1; leading dimensions are made valid for unit extents. */
 typedef struct { int na, nb; int64_t lda, ldb; } cl_blas_layout;
@@ -248,14 +262,24 @@ static inline cl_blas_layout cl_blas_layout_of(int64_t m, int64_t n, int64_t k, 
     l.ldb = l.nb ? (k == 1 ? (n > 1 ? n : 1) : b_rs) : (n == 1 ? (k > 1 ? k : 1) : b_cs);
     return l;
 }
-/* Splits the product into blocks of rows (or columns, when there are few rows) over parallel_for. */
+/* Runs every product of the batch. One thread: each product in one library call (the library
+   blocks for the caches itself). More threads: tasks = batch x blocks with blocks = T / gcd(batch, T),
+   so the tasks divide evenly over T threads; a product is split along its larger output dimension,
+   so that each block re-reads the smaller operand (rows re-read B, columns re-read A). */
 static inline void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
-    int64_t work = j->m * j->n * j->k, blocks;
-    j->by_rows = j->m >= j->n || j->m >= 64;
-    if (j->by_rows) { j->block = j->m >= 256 ? 32 : 16; blocks = (j->m + j->block - 1) / j->block; }
-    else { j->block = 64; blocks = (j->n + j->block - 1) / j->block; }
-    if (work < (1 << 20) || blocks < 2) cl_gemm_task(j, 0, blocks);
-    else rt->parallel_for(rt->pool, blocks, cl_gemm_task, j);
+    int64_t threads = j->parallel ? rt->threads : 1;
+    j->by_rows = j->m >= j->n;
+    j->blocks = 1;
+    j->block = j->by_rows ? j->m : j->n;
+    if (threads > 1) {
+        int64_t dim = j->block, want = threads / cl_gcd(j->batch, threads);
+        int64_t block = ((dim + want - 1) / want + 15) / 16 * 16;
+        j->block = block < dim ? block : dim;
+        j->blocks = (dim + j->block - 1) / j->block;
+    }
+    int64_t tasks = j->batch * j->blocks;
+    if (threads <= 1 || tasks < 2) cl_gemm_task(j, 0, tasks);
+    else rt->parallel_for(rt->pool, tasks, cl_gemm_task, j);
 }
 #endif
 "#;
@@ -311,7 +335,8 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
 }
 
 /// Emits `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing stage `id` (a
-/// GEMM) into its buffer, one library call per batch element.
+/// GEMM) into its buffer through `cl_gemm` (tasks of batch elements and row or column blocks),
+/// preceded by `{fname}_off`, the batch offsets of its operands.
 pub fn emit_gemm(
     out: &mut String,
     places: &[Place],
@@ -319,14 +344,17 @@ pub fn emit_gemm(
     g: &GemmCall,
     backend: &str,
     fname: &str,
+    parallel: bool,
 ) {
     let f = match backend {
         "blas" => "cl_blas_sgemm",
         "dnnl" => "cl_dnnl_sgemm",
         _ => "rt->sgemm",
     };
+    // The kernel is written after its batch-offsets function (below).
+    let kernel = &mut String::new();
     writeln!(
-        out,
+        kernel,
         "static void {fname}(const collage_rt *rt, collage_ctx *ctx) {{"
     )
     .unwrap();
@@ -341,11 +369,10 @@ pub fn emit_gemm(
     let Place::Arena(co) = places[id as usize] else {
         panic!("GEMM stage {id} is not in the arena")
     };
-    writeln!(out, "    const float *a = {};", ptr(g.a.buf)).unwrap();
-    writeln!(out, "    const float *b = {};", ptr(g.b.buf)).unwrap();
-    writeln!(out, "    float *c = (float *)(ctx->A + {co});").unwrap();
+    writeln!(kernel, "    const float *a = {};", ptr(g.a.buf)).unwrap();
+    writeln!(kernel, "    const float *b = {};", ptr(g.b.buf)).unwrap();
+    writeln!(kernel, "    float *c = (float *)(ctx->A + {co});").unwrap();
     let nb: usize = g.batch.iter().product();
-    writeln!(out, "    for (int64_t t = 0; t < {nb}; ++t) {{").unwrap();
     // Unravel the batch index and form each operand's batch offset.
     let mut a_off = format!("{}", g.a.off);
     let mut b_off = format!("{}", g.b.off);
@@ -366,12 +393,23 @@ pub fn emit_gemm(
     }
     let (m, n, k) = (g.m, g.n, g.k);
     writeln!(
-        out,
-        "        cl_gemm_job j = {{{f}, {m}, {n}, {k}, {}, {}, {}, {}, {n}, 0, 0, a + {a_off}, b + {b_off}, c + t * {}}};",
-        g.a.rs, g.a.cs, g.b.rs, g.b.cs, m * n
+        kernel,
+        "    cl_gemm_job j = {{{f}, {fname}_off, {m}, {n}, {k}, {}, {}, {}, {}, {n}, {}, {nb}, {}, 0, 0, 0, a, b, c}};",
+        g.a.rs,
+        g.a.cs,
+        g.b.rs,
+        g.b.cs,
+        m * n,
+        i32::from(parallel)
     )
     .unwrap();
-    writeln!(out, "        cl_gemm(rt, &j);\n    }}\n    (void)rt;\n}}").unwrap();
+    writeln!(kernel, "    cl_gemm(rt, &j);\n}}").unwrap();
+    writeln!(
+        out,
+        "static void {fname}_off(int64_t t, int64_t *a_off, int64_t *b_off) {{\n    (void)t;\n    *a_off = {a_off};\n    *b_off = {b_off};\n}}"
+    )
+    .unwrap();
+    out.push_str(kernel);
 }
 
 #[cfg(test)]
