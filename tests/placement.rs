@@ -161,3 +161,150 @@ fn greedy_and_backend_selection() {
         "{e}"
     );
 }
+
+fn mnist_passed() -> collage_build::ir::Graph {
+    let mut g = mnist();
+    collage_build::passes::run(&mut g, collage_build::passes::PIPELINE).unwrap();
+    g
+}
+
+/// A placement recorded in the cache (as `collage tune --evolve` does) is the one builds use, for
+/// its backend list and thread count only; a record that does not cover the graph is ignored.
+#[test]
+fn recorded_placement_is_followed() {
+    let g = mnist_passed();
+    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    let greedy = Options {
+        backends: "gemm,c".into(),
+        greedy: true,
+        ..Options::default()
+    };
+    let want = pipeline::place_graph(&g, &greedy, &target).unwrap();
+    let record = |parts: String| {
+        let mut params = std::collections::BTreeMap::new();
+        params.insert("parts".to_string(), parts);
+        let mut cache = CostCache::new();
+        let key = pipeline::placement_key(&g, &target, &["c", "gemm"], 2);
+        cache
+            .insert(key, Entry::new(10.0, 11.0, 5, params).unwrap())
+            .unwrap();
+        Arc::new(cache)
+    };
+    let opts = |cache: &Arc<CostCache>, threads: usize| Options {
+        backends: "c,gemm".into(),
+        cache: Some(cache.clone()),
+        target: Some(target.clone()),
+        threads,
+        ..Options::default()
+    };
+    let good = record(pipeline::encode_parts(&want.placement.parts));
+    let got = pipeline::place_graph(&g, &opts(&good, 2), &target).unwrap();
+    assert_eq!(
+        got.placement.stop,
+        StopReason::Recorded {
+            median_ns: 10_000,
+            threads: 2
+        }
+    );
+    let summary = |i: &pipeline::PlacementInfo| -> Vec<(&str, Vec<usize>)> {
+        i.placement
+            .parts
+            .iter()
+            .map(|p| (p.backend, p.nodes.clone()))
+            .collect()
+    };
+    assert_eq!(summary(&got), summary(&want));
+    assert!(summary(&got).iter().any(|(b, _)| *b == "gemm"));
+    let c = pipeline::compile_passed(g.clone(), "m", &opts(&good, 2), &target).unwrap();
+    assert!(
+        c.c_source.contains("rt->sgemm"),
+        "the record was not compiled"
+    );
+    // Another thread count: the search decides.
+    let other = pipeline::place_graph(&g, &opts(&good, 1), &target).unwrap();
+    assert!(matches!(
+        other.placement.stop,
+        StopReason::Optimal | StopReason::StateLimit { .. }
+    ));
+    // Records that do not fit: a node missing, a node twice, an unknown backend.
+    for bad in ["c:0", "c:0,0", "blas:0"] {
+        let n = g.nodes.len();
+        let rest: Vec<String> = (1..n).map(|i| i.to_string()).collect();
+        let text = format!("{bad};c:{}", rest.join(","));
+        let text = if bad == "c:0" { bad.to_string() } else { text };
+        let got = pipeline::place_graph(&g, &opts(&record(text.clone()), 2), &target).unwrap();
+        assert!(
+            !matches!(got.placement.stop, StopReason::Recorded { .. }),
+            "{text} was followed"
+        );
+    }
+}
+
+/// `collage tune` measures the transition penalty of every backend pair once; `--evolve` times
+/// the search's placement, the baselines and the evolution's placements end to end, and records
+/// the fastest, which placement then follows.
+#[test]
+fn transitions_and_evolution_are_measured_and_recorded() {
+    let g = mnist_passed();
+    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    let work = std::env::temp_dir().join(format!("collage-evolve-test-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let opts = Options {
+        backends: "c,gemm".into(),
+        target: Some(target.clone()),
+        ..Options::default()
+    };
+    let mut cache = CostCache::new();
+    let mut calls = 0;
+    let n =
+        collage_build::refine::tune_transitions(&opts, &target, &mut cache, &work, &mut |_, _| {
+            calls += 1
+        })
+        .unwrap();
+    assert_eq!(n, 2);
+    assert!(calls >= 2);
+    for (a, b) in [("c", "gemm"), ("gemm", "c")] {
+        let e = cache
+            .get(&pipeline::transition_key(&target, a, b))
+            .unwrap_or_else(|| panic!("no {a}->{b} entry"));
+        assert!(e.median_us >= 0.0 && e.p90_us >= e.median_us, "{e:?}");
+    }
+    let again =
+        collage_build::refine::tune_transitions(&opts, &target, &mut cache, &work, &mut |_, _| {})
+            .unwrap();
+    assert_eq!(again, 0, "measured transitions are not measured again");
+
+    let params = collage_build::partition::search::EvolveParams {
+        population: 2,
+        generations: 1,
+        ..Default::default()
+    };
+    let r = collage_build::refine::evolve_model(
+        &g,
+        &opts,
+        &target,
+        &mut cache,
+        &work,
+        1,
+        params,
+        &mut |_| {},
+    )
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+    let names: Vec<&str> = r.baselines.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["c", "greedy gemm,c"]);
+    assert!(r.evaluations >= 3, "{r:?}");
+    assert!(r.best_us <= r.search_us, "{r:?}");
+    assert!(r.baselines.iter().all(|(_, us)| r.best_us <= *us), "{r:?}");
+    let with = Options {
+        cache: Some(Arc::new(cache)),
+        threads: 1,
+        ..opts
+    };
+    let info = pipeline::place_graph(&g, &with, &target).unwrap();
+    let StopReason::Recorded { median_ns, threads } = info.placement.stop else {
+        panic!("the evolved placement is not used: {}", info.placement.stop)
+    };
+    assert_eq!(threads, 1);
+    assert_eq!(median_ns, (r.best_us * 1e3).round() as u64);
+}

@@ -21,6 +21,7 @@ pub struct Build {
     cost_cache: Option<PathBuf>,
     backends: String,
     greedy: bool,
+    threads: usize,
     out_dir: Option<PathBuf>,
     manifest_dir: Option<PathBuf>,
     cargo: bool,
@@ -96,6 +97,13 @@ impl Build {
         self
     }
 
+    /// The thread count the models will mostly run on (default one): a placement that
+    /// `collage tune --evolve --threads N` recorded in the cost cache for this count is used.
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+
     /// Overrides `$OUT_DIR` (for use outside build scripts).
     pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.out_dir = Some(dir.into());
@@ -140,6 +148,7 @@ impl Build {
             greedy: self.greedy,
             cache: None,
             target: Some(target.clone()),
+            threads: self.threads,
         };
         let mut cache_path = None;
         if let Some(cache) = &self.cost_cache {
@@ -310,7 +319,7 @@ impl Build {
         )?;
         let _ = std::fs::remove_dir_all(&work);
         self.warn(&format!(
-            "COLLAGE_TUNE: measured {n} kernels of {label} into {}",
+            "COLLAGE_TUNE: measured {n} kernel costs and transition penalties of {label} into {}",
             path.display()
         ));
         Ok(())

@@ -19,6 +19,7 @@ pub mod ops;
 pub mod partition;
 pub mod passes;
 pub mod pipeline;
+pub mod refine;
 pub mod schedule;
 pub mod te;
 pub mod tools;

@@ -17,7 +17,7 @@ use crate::ir::Graph;
 use crate::measure;
 use crate::partition::place::{place, Part, Placement};
 use crate::partition::rule::Candidate;
-use crate::partition::search::SearchLimits;
+use crate::partition::search::{SearchLimits, StopReason};
 use crate::te::{self, BufId, BufKind, Program};
 use crate::tune::{CostCache, Key, TargetFingerprint};
 
@@ -33,6 +33,9 @@ pub struct Options {
     pub cache: Option<Arc<CostCache>>,
     /// The target the cache is read for (default: this machine with the current C compiler).
     pub target: Option<TargetFingerprint>,
+    /// The thread count the model will mostly run on (0: one): placements recorded by
+    /// `collage tune --evolve` are per thread count.
+    pub threads: usize,
 }
 
 /// What placement decided, for reports.
@@ -97,6 +100,68 @@ pub fn transition_key(target: &TargetFingerprint, a: &str, b: &str) -> Key {
         Vec::<String>::new(),
         Vec::<String>::new(),
     )
+}
+
+/// The cache key of the placement `collage tune --evolve` recorded for `g` (after the pass
+/// pipeline) on the backends `names` for `threads` threads: the graph's text IR (FNV-1a hash),
+/// the backend list and the thread count.
+pub fn placement_key(g: &Graph, target: &TargetFingerprint, names: &[&str], threads: usize) -> Key {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in g.to_string().bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let types = |vs: &[crate::ir::ValueId]| -> Vec<String> {
+        vs.iter().map(|&v| g.ty(v).to_string()).collect()
+    };
+    Key::new(
+        target.clone(),
+        "placement",
+        format!(
+            "graph {hash:016x} on {}, {} thread(s)",
+            names.join(","),
+            threads.max(1)
+        ),
+        types(&g.inputs),
+        types(&g.outputs),
+    )
+}
+
+/// A placement as a cache parameter: `backend:node,node;backend:node...`.
+pub fn encode_parts(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .map(|p| {
+            let nodes: Vec<String> = p.nodes.iter().map(|n| n.to_string()).collect();
+            format!("{}:{}", p.backend, nodes.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// The parts of a recorded placement, if it is one for these backends and covers each of the
+/// `n_nodes` nodes exactly once.
+fn decode_parts(
+    text: &str,
+    names: &[&'static str],
+    n_nodes: usize,
+) -> Option<Vec<(&'static str, Vec<usize>)>> {
+    let mut seen = vec![false; n_nodes];
+    let mut parts = Vec::new();
+    for part in text.split(';') {
+        let (backend, nodes) = part.split_once(':')?;
+        let backend = *names.iter().find(|&&n| n == backend)?;
+        let mut list = Vec::new();
+        for n in nodes.split(',') {
+            let n: usize = n.parse().ok()?;
+            if n >= n_nodes || std::mem::replace(&mut seen[n], true) {
+                return None;
+            }
+            list.push(n);
+        }
+        parts.push((backend, list));
+    }
+    seen.iter().all(|&s| s).then_some(parts)
 }
 
 /// Prices candidates: lowers the candidate's nodes alone, fuses them as the code generator
@@ -267,6 +332,17 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
         &|a, b| transition(cache, target, names[a], names[b]),
         SearchLimits::default(),
     )?;
+    let mut placement = placement;
+    if let Some(rec) = cache.and_then(|c| c.get(&placement_key(g, target, &names, opts.threads))) {
+        if let Some(parts) = recorded(g, rec, &backends, &mut pricer, &mut priced) {
+            placement.cost_us = estimate(g, &parts, cache, target);
+            placement.parts = parts;
+            placement.stop = StopReason::Recorded {
+                median_ns: (rec.median_us * 1e3).round() as u64,
+                threads: opts.threads.max(1),
+            };
+        }
+    }
     let alternatives = placement
         .parts
         .iter()
@@ -297,6 +373,61 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
         measured,
         greedy: false,
     })
+}
+
+/// The parts of the placement recorded in `rec` (by `collage tune --evolve`), priced (and added
+/// to `priced`), or `None` if it does not fit this graph and these backends (then the search's
+/// placement stands).
+fn recorded(
+    g: &Graph,
+    rec: &crate::tune::Entry,
+    backends: &[Box<dyn Backend>],
+    pricer: &mut Pricer,
+    priced: &mut Vec<(usize, Vec<usize>, String, f64, bool)>,
+) -> Option<Vec<Part>> {
+    let names: Vec<&'static str> = backends.iter().map(|b| b.name()).collect();
+    let decoded = decode_parts(rec.params.get("parts")?, &names, g.nodes.len())?;
+    let mut parts = Vec::new();
+    for (backend, nodes) in decoded {
+        let b = names.iter().position(|&n| n == backend)?;
+        let rule = priced
+            .iter()
+            .find(|(pb, pn, _, _, _)| *pb == b && *pn == nodes)
+            .map_or_else(|| "recorded".to_string(), |x| x.2.clone());
+        let (cost_us, measured) = pricer.price(&nodes, backends[b].as_ref())?;
+        priced.push((b, nodes.clone(), rule.clone(), cost_us, measured));
+        parts.push(Part {
+            backend,
+            nodes,
+            rule,
+            cost_us,
+        });
+    }
+    Some(parts)
+}
+
+/// The estimated cost of `parts`: their costs plus a transition penalty for every value that
+/// crosses between backends.
+fn estimate(
+    g: &Graph,
+    parts: &[Part],
+    cache: Option<&CostCache>,
+    target: &TargetFingerprint,
+) -> f64 {
+    let mut backend_of = vec![""; g.nodes.len()];
+    for p in parts {
+        for &n in &p.nodes {
+            backend_of[n] = p.backend;
+        }
+    }
+    let mut cost_us: f64 = parts.iter().map(|p| p.cost_us).sum();
+    let view = crate::partition::sub_graph::DataflowView::new(g);
+    for n in 0..g.nodes.len() {
+        for &pn in view.inputs(n) {
+            cost_us += transition(cache, target, backend_of[pn], backend_of[n]);
+        }
+    }
+    cost_us
 }
 
 /// The fixed-priority baseline: every node on the first backend (in priority order) that
@@ -337,20 +468,14 @@ fn greedy(
         });
         measured.push(was_measured);
     }
-    let mut cost_us: f64 = parts.iter().map(|p| p.cost_us).sum();
-    let view = crate::partition::sub_graph::DataflowView::new(g);
-    for n in 0..g.nodes.len() {
-        for &pn in view.inputs(n) {
-            cost_us += transition(cache, target, parts[pn].backend, parts[n].backend);
-        }
-    }
+    let cost_us = estimate(g, &parts, cache, target);
     let (hits, misses) = pricer.counts();
     let n_parts = parts.len();
     Ok(PlacementInfo {
         placement: Placement {
             parts,
             cost_us,
-            stop: crate::partition::search::StopReason::Greedy,
+            stop: StopReason::Greedy,
             candidates: n_parts,
             elapsed: start.elapsed(),
         },
@@ -366,9 +491,14 @@ fn greedy(
 /// The fusion region and library of every node under `info`: library parts get regions 1, 2, ...;
 /// every node on `c` shares region 0.
 pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<&'static str>)> {
+    assignment_of(g, &info.placement.parts)
+}
+
+/// [`assignment`] for a list of parts.
+pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<&'static str>)> {
     let mut a = vec![(0u32, None); g.nodes.len()];
     let mut next = 1u32;
-    for part in &info.placement.parts {
+    for part in parts {
         let lib = backend::by_name(part.backend).is_some_and(|b| b.library());
         if !lib {
             continue;
@@ -500,9 +630,10 @@ pub fn tune_candidates(
     Ok(total)
 }
 
-/// Everything `collage tune` measures for `g` (after the pass pipeline): the candidates of every
+/// Everything `collage tune` measures for `g` (after the pass pipeline): the transition penalty
+/// between every two backends ([`crate::refine::tune_transitions`]), the candidates of every
 /// backend ([`tune_candidates`]), then the kernels of the placement those measurements choose.
-/// Returns how many kernels were measured.
+/// Returns how many entries were measured.
 #[allow(clippy::too_many_arguments)]
 pub fn tune_model(
     g: &Graph,
@@ -514,6 +645,10 @@ pub fn tune_model(
     save: &mut dyn FnMut(&CostCache) -> Result<()>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<usize> {
+    let t = crate::refine::tune_transitions(opts, target, cache, work, progress)?;
+    if t > 0 {
+        save(cache)?;
+    }
     let n = tune_candidates(g, opts, target, cache, work, budget, save, progress)?;
     let chosen = Options {
         cache: Some(Arc::new(cache.clone())),
@@ -521,5 +656,5 @@ pub fn tune_model(
     };
     let c = compile_passed(g.clone(), "tune", &chosen, target)?;
     let m = crate::explain::tune(&c, target, cache, work, budget, save, progress)?;
-    Ok(n + m)
+    Ok(t + n + m)
 }

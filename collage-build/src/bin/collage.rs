@@ -31,6 +31,10 @@ enum Cmd {
         /// Output folder.
         #[arg(short, long, default_value = "collage-out")]
         out: PathBuf,
+        /// The thread count the placement is for (a placement recorded by `collage tune --evolve
+        /// --threads N` for it is used).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -71,6 +75,10 @@ enum Cmd {
         /// Also write a self-contained HTML page drawing the graph coloured by backend.
         #[arg(long)]
         html: Option<PathBuf>,
+        /// The thread count the placement is for (a placement recorded by `collage tune --evolve
+        /// --threads N` for it is used).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -85,6 +93,20 @@ enum Cmd {
         /// Backends whose candidates are measured (default: every available one).
         #[arg(long, default_value = "")]
         backends: String,
+        /// Then refine the placement by end-to-end measurement: evolutionary search seeded with
+        /// the search's placement, against the baselines (`c`, `--greedy LIB,c`); the fastest is
+        /// recorded in the cache and used by builds.
+        #[arg(long)]
+        evolve: bool,
+        /// Threads the end-to-end measurements of --evolve run on.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Generations of --evolve.
+        #[arg(long, default_value_t = 4)]
+        generations: usize,
+        /// Placements per generation of --evolve.
+        #[arg(long, default_value_t = 6)]
+        population: usize,
     },
     /// Cost cache maintenance.
     Cache {
@@ -129,6 +151,14 @@ struct PlaceArgs {
 }
 
 impl PlaceArgs {
+    /// [`PlaceArgs::options`] for a model that runs on `threads` threads.
+    fn options_for(&self, threads: usize) -> collage_build::Result<Options> {
+        Ok(Options {
+            threads,
+            ..self.options()?
+        })
+    }
+
     fn options(&self) -> collage_build::Result<Options> {
         let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
         let cache = self
@@ -142,6 +172,7 @@ impl PlaceArgs {
             greedy: self.greedy,
             cache,
             target: Some(target),
+            threads: 0,
         })
     }
 }
@@ -193,8 +224,14 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> collage_build::Result<ExitCode> {
     match cli.cmd {
-        Cmd::Compile { model, out, place } => {
-            let written = collage_build::Build::emit_sources_with(&model, &out, &place.options()?)?;
+        Cmd::Compile {
+            model,
+            out,
+            threads,
+            place,
+        } => {
+            let opts = place.options_for(threads)?;
+            let written = collage_build::Build::emit_sources_with(&model, &out, &opts)?;
             for f in written {
                 println!("wrote {}", f.display());
             }
@@ -206,7 +243,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             threads,
             place,
         } => {
-            let opts = place.options()?;
+            let opts = place.options_for(threads)?;
             let work = work_dir("run");
             let checks = tools::run_on_data(
                 &model,
@@ -280,8 +317,13 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Cmd::Explain { model, html, place } => {
-            let opts = place.options()?;
+        Cmd::Explain {
+            model,
+            html,
+            threads,
+            place,
+        } => {
+            let opts = place.options_for(threads)?;
             let c = compile(&model, &opts)?;
             let target = opts.target.clone().expect("set by options()");
             let ks = collage_build::explain::kernels(&c, &target, opts.cache.as_deref());
@@ -304,6 +346,10 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             model,
             cache: path,
             backends,
+            evolve,
+            threads,
+            generations,
+            population,
         } => {
             let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
             let mut cache = if path.exists() {
@@ -341,14 +387,51 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 },
             );
             bar.finish_and_clear();
-            remove_work(&work);
-            let n = n?;
+            let n = match n {
+                Ok(n) => n,
+                Err(e) => {
+                    remove_work(&work);
+                    return Err(e);
+                }
+            };
             cache.save(&path)?;
             println!(
-                "measured {n} kernels; {} entries in {}",
+                "measured {n} entries; {} entries in {}",
                 cache.len(),
                 path.display()
             );
+            if evolve {
+                let params = collage_build::partition::search::EvolveParams {
+                    population: population.max(1),
+                    generations,
+                    ..Default::default()
+                };
+                let r = collage_build::refine::evolve_model(
+                    &g,
+                    &opts,
+                    &target,
+                    &mut cache,
+                    &work,
+                    threads.max(1),
+                    params,
+                    &mut |line| eprintln!("  {line}"),
+                );
+                remove_work(&work);
+                let r = r?;
+                cache.save(&path)?;
+                let base = r
+                    .baselines
+                    .iter()
+                    .map(|(n, us)| format!("{n} {us:.1} us"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                println!(
+                    "evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {base}; recorded the fastest, from {}: {:.1} us",
+                    r.evaluations, r.search_us, r.best_from, r.best_us
+                );
+            } else {
+                remove_work(&work);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Cache { cmd } => match cmd {
@@ -379,7 +462,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             seconds,
             place,
         } => {
-            let opts = place.options()?;
+            let opts = place.options_for(threads)?;
             let work = work_dir("bench");
             let input = match input {
                 Some(p) => {

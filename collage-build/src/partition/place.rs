@@ -82,17 +82,15 @@ pub fn analytic_cost(g: &Graph, work: &[usize], c: &Candidate) -> f64 {
     evals as f64 / EVALS_PER_US + bytes as f64 / BYTES_PER_US + LAUNCH_US
 }
 
-/// Places `g` (after the pass pipeline) on `backends`. `cost(backend index, candidate)` prices a
-/// candidate, `None` when the backend cannot run it after all (the candidate is dropped);
-/// `transition_us` is the penalty for a value crossing from one backend to another.
-pub fn place(
+/// The search problem of placing `g` (after the pass pipeline) on `backends`: every backend's
+/// candidates priced by `cost(backend index, candidate)` (`None` drops the candidate: the backend
+/// cannot run it after all), the dataflow edges, and `transition_us` between every two backends.
+pub fn problem(
     g: &Graph,
     backends: &[Box<dyn Backend>],
     cost: &mut dyn FnMut(usize, &Candidate) -> Option<f64>,
     transition_us: &dyn Fn(usize, usize) -> f64,
-    limits: SearchLimits,
-) -> Result<Placement> {
-    let start = Instant::now();
+) -> SearchProblem {
     let view = DataflowView::new(g);
     let mut cands: Vec<(usize, Candidate)> = Vec::new();
     for (b, be) in backends.iter().enumerate() {
@@ -107,7 +105,7 @@ pub fn place(
         }
     }
     let n_backends = backends.len();
-    let problem = SearchProblem {
+    SearchProblem {
         n_nodes: view.len(),
         candidates: cands
             .iter()
@@ -129,7 +127,36 @@ pub fn place(
             })
             .collect(),
         edges,
-    };
+    }
+}
+
+/// The parts of a placement given as chosen candidate indices of `problem`.
+pub fn parts_of(
+    problem: &SearchProblem,
+    chosen: &[usize],
+    backends: &[Box<dyn Backend>],
+) -> Vec<Part> {
+    chosen
+        .iter()
+        .map(|&i| Part {
+            backend: backends[problem.candidates[i].backend].name(),
+            nodes: problem.candidates[i].nodes.clone(),
+            rule: problem.candidates[i].label.clone(),
+            cost_us: problem.candidates[i].cost,
+        })
+        .collect()
+}
+
+/// Places `g` (after the pass pipeline) on `backends`: the search over [`problem`]'s candidates.
+pub fn place(
+    g: &Graph,
+    backends: &[Box<dyn Backend>],
+    cost: &mut dyn FnMut(usize, &Candidate) -> Option<f64>,
+    transition_us: &dyn Fn(usize, usize) -> f64,
+    limits: SearchLimits,
+) -> Result<Placement> {
+    let start = Instant::now();
+    let problem = problem(g, backends, cost, transition_us);
     let model_err = |detail: String| Error::Model {
         model: g.name.clone(),
         detail,
@@ -138,18 +165,8 @@ pub fn place(
     if !r.has_placement() {
         return Err(model_err(format!("no placement: {}", r.stop)));
     }
-    let parts = r
-        .chosen
-        .iter()
-        .map(|&i| Part {
-            backend: backends[problem.candidates[i].backend].name(),
-            nodes: problem.candidates[i].nodes.clone(),
-            rule: problem.candidates[i].label.clone(),
-            cost_us: problem.candidates[i].cost,
-        })
-        .collect();
     Ok(Placement {
-        parts,
+        parts: parts_of(&problem, &r.chosen, backends),
         cost_us: r.cost,
         stop: r.stop,
         candidates: problem.candidates.len(),

@@ -458,6 +458,14 @@ pub enum StopReason {
     NoExactCover,
     /// No search ran: the fixed-priority rule (`--greedy`) made the placement.
     Greedy,
+    /// The placement recorded in the cost cache by `collage tune --evolve`: the fastest measured
+    /// end to end (the search's own placement among those measured).
+    Recorded {
+        /// Its end-to-end median latency, in nanoseconds.
+        median_ns: u64,
+        /// The thread count it was measured on.
+        threads: usize,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -479,6 +487,11 @@ impl fmt::Display for StopReason {
                 f.write_str("no set of disjoint candidates covers every node")
             }
             StopReason::Greedy => f.write_str("fixed-priority rule (--greedy), no search"),
+            StopReason::Recorded { median_ns, threads } => write!(
+                f,
+                "recorded by `collage tune --evolve`: fastest measured end to end ({:.1} us on {threads} thread(s))",
+                median_ns as f64 / 1e3
+            ),
         }
     }
 }

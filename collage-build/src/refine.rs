@@ -1,0 +1,298 @@
+//! Measurements of whole programs, for what kernel costs cannot say: the transition penalty
+//! between two backends, and graph-level refinement of the placement by end-to-end measurement
+//! (`collage tune --evolve`).
+//!
+//! Transition penalty from backend `a` to `b`: a probe of two identical contractions in a chain
+//! (`x[32,256] · W0 · W1`, every node in its own fusion region) is compiled with the first node on
+//! `a` and the second on `b`, and timed end to end as `P(a,b)`. The kernels of `P(a,a)` and
+//! `P(b,b)` are the same two kernels per backend, so `P(a,b) - (P(a,a) + P(b,b)) / 2` is what
+//! crossing costs beyond the kernels themselves (clamped at zero: a crossing never pays back).
+//!
+//! Evolution: the search's placement seeds [`evolve`]; every placement it proposes is compiled
+//! and timed end to end; the baselines (`c` alone, and `--greedy LIB,c` for every library) are
+//! timed too, and the fastest of all is recorded in the cost cache under [`placement_key`], where
+//! normal builds find it.
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::backend::{self, Backend};
+use crate::codegen::{self, Compiled};
+use crate::error::{Error, Result};
+use crate::ir::{DType, Graph, Tensor, TensorType};
+use crate::measure::{self, MeasureBudget, Measurement};
+use crate::ops::{lookup, Attrs, OpCx};
+use crate::partition::place::{self, Part};
+use crate::partition::search::{evolve, search, EvolveParams, SearchLimits};
+use crate::pipeline::{
+    assignment_of, encode_parts, place_graph, placement_key, transition_key, Options, Pricer,
+};
+use crate::tune::{CostCache, Entry, TargetFingerprint};
+
+/// The budget of one end-to-end measurement.
+pub fn end_to_end_budget() -> MeasureBudget {
+    MeasureBudget {
+        warmup: 5,
+        min_runs: 20,
+        min_time: std::time::Duration::from_millis(200),
+    }
+}
+
+/// `x[32,256] · W0[256,256] · W1[256,256]`, after the pass pipeline.
+fn transition_probe() -> Result<Graph> {
+    let mut g = Graph::new("transition_probe");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [32, 256])));
+    g.inputs.push(x);
+    let mut v = x;
+    for i in 0..2u32 {
+        let vals: Vec<f32> = (0..256 * 256)
+            .map(|k| ((k * 37 + i as usize * 11) % 101) as f32 / 101.0 - 0.5)
+            .collect();
+        let w = g.add_const(format!("w{i}"), Tensor::from_f32(&[256, 256], &vals));
+        let ctor = lookup("MatMul").expect("MatMul is registered");
+        let op = ctor(&OpCx {
+            attrs: &Attrs::default(),
+            opset: 17,
+            n_inputs: 2,
+            n_outputs: 1,
+        })
+        .map_err(|e| Error::Model {
+            model: g.name.clone(),
+            detail: e.to_string(),
+        })?;
+        let out = g.add_value(format!("y{i}"), None);
+        g.add_node(format!("mm{i}"), op, vec![Some(v), Some(w)], vec![out]);
+        v = out;
+    }
+    g.outputs.push(v);
+    crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+    Ok(g)
+}
+
+/// Compiles `g` with node `n` in region `n + 1` on `on[n]`.
+fn compile_probe(g: &Graph, on: [&dyn Backend; 2]) -> Result<Compiled> {
+    let lib = |b: &dyn Backend| b.library().then(|| b.name());
+    let assign = [(1u32, lib(on[0])), (2u32, lib(on[1]))];
+    codegen::compile_assigned(g.clone(), "transition_probe", &|n| assign[n])
+}
+
+/// Measures the transition penalty between every two of `opts`' backends that `cache` lacks and
+/// adds them (`transition` entries). Returns how many were measured.
+pub fn tune_transitions(
+    opts: &Options,
+    target: &TargetFingerprint,
+    cache: &mut CostCache,
+    work: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<usize> {
+    let backends = backend::select(&opts.backends)?;
+    let mut todo = Vec::new();
+    for a in &backends {
+        for b in &backends {
+            if a.name() != b.name()
+                && cache
+                    .get(&transition_key(target, a.name(), b.name()))
+                    .is_none()
+            {
+                todo.push((a.as_ref(), b.as_ref()));
+            }
+        }
+    }
+    if todo.is_empty() {
+        return Ok(0);
+    }
+    let g = transition_probe()?;
+    let budget = end_to_end_budget();
+    let mut same: BTreeMap<&str, Measurement> = BTreeMap::new();
+    let total = todo.len();
+    progress(0, total);
+    for (i, (a, b)) in todo.into_iter().enumerate() {
+        for be in [a, b] {
+            if !same.contains_key(be.name()) {
+                let c = compile_probe(&g, [be, be])?;
+                same.insert(be.name(), measure::end_to_end(&c, work, "-O3", 1, budget)?);
+            }
+        }
+        let c = compile_probe(&g, [a, b])?;
+        let m = measure::end_to_end(&c, work, "-O3", 1, budget)?;
+        let base = (same[a.name()].median_us + same[b.name()].median_us) / 2.0;
+        // Nanosecond resolution, as the measurements (keeps the file diff-friendly).
+        let ns = |us: f64| (us * 1e3).round() / 1e3;
+        let median = ns((m.median_us - base).max(0.0));
+        let p90 = ns(median + (m.p90_us - m.median_us).max(0.0));
+        let mut params = BTreeMap::new();
+        params.insert(
+            "probe".to_string(),
+            "x[32,256] . W0[256,256] . W1[256,256]".to_string(),
+        );
+        let entry = Entry::new(median, p90, m.samples, params).map_err(|e| Error::Model {
+            model: g.name.clone(),
+            detail: format!("transition {}->{}: {e}", a.name(), b.name()),
+        })?;
+        cache
+            .insert(transition_key(target, a.name(), b.name()), entry)
+            .map_err(|e| Error::Model {
+                model: g.name.clone(),
+                detail: e.to_string(),
+            })?;
+        progress(i + 1, total);
+    }
+    Ok(total)
+}
+
+/// What [`evolve_model`] measured, in microseconds (end-to-end medians).
+#[derive(Clone, Debug)]
+pub struct Evolution {
+    /// The search's placement.
+    pub search_us: f64,
+    /// Every baseline: `c`, and `greedy LIB,c` for each library offered.
+    pub baselines: Vec<(String, f64)>,
+    /// The fastest placement measured.
+    pub best_us: f64,
+    /// Where the fastest came from: `search`, `evolution` or a baseline's name.
+    pub best_from: String,
+    /// Placements compiled and timed.
+    pub evaluations: usize,
+}
+
+/// `collage tune --evolve`: refines the placement of `g` (after the pass pipeline) by end-to-end
+/// measurement on `threads` threads (see the module documentation) and records the fastest in
+/// `cache`. `log` receives one line per measured placement.
+#[allow(clippy::too_many_arguments)]
+pub fn evolve_model(
+    g: &Graph,
+    opts: &Options,
+    target: &TargetFingerprint,
+    cache: &mut CostCache,
+    work: &Path,
+    threads: usize,
+    params: EvolveParams,
+    log: &mut dyn FnMut(&str),
+) -> Result<Evolution> {
+    let backends = backend::select(&opts.backends)?;
+    let names: Vec<&'static str> = backends.iter().map(|b| b.name()).collect();
+    let snapshot = Arc::new(cache.clone());
+    let budget = end_to_end_budget();
+    let model_err = |detail: String| Error::Model {
+        model: g.name.clone(),
+        detail,
+    };
+    let mut evaluations = 0;
+    let mut time = |parts: &[Part]| -> Result<Measurement> {
+        evaluations += 1;
+        let assign = assignment_of(g, parts);
+        let c = codegen::compile_assigned(g.clone(), "evolve", &|n| assign[n])?;
+        measure::end_to_end(&c, work, "-O3", threads, budget)
+    };
+
+    // The search's placement, over the same problem the evolution mutates.
+    let mut pricer = Pricer::new(g, Some(&snapshot), target)?;
+    let transition = |a: usize, b: usize| {
+        snapshot
+            .get(&transition_key(target, names[a], names[b]))
+            .map_or(crate::pipeline::DEFAULT_TRANSITION_US, |e| e.median_us)
+    };
+    let problem = place::problem(
+        g,
+        &backends,
+        &mut |b, c| {
+            let nodes: Vec<usize> = c.sub_graph.inside().iter().collect();
+            pricer.price(&nodes, backends[b].as_ref()).map(|p| p.0)
+        },
+        &transition,
+    );
+    let r = search(&problem, SearchLimits::default())
+        .map_err(|e| model_err(format!("placement search: {e}")))?;
+    if !r.has_placement() {
+        return Err(model_err(format!("no placement: {}", r.stop)));
+    }
+    let search_parts = place::parts_of(&problem, &r.chosen, &backends);
+    let search_m = time(&search_parts)?;
+    log(&format!("search placement: {:.1} us", search_m.median_us));
+    let mut best = (search_m, search_parts, "search".to_string());
+
+    // The baselines.
+    let mut lists = Vec::new();
+    if names.contains(&"c") {
+        lists.push(("c".to_string(), "c".to_string(), false));
+        for lib in names.iter().filter(|&&n| n != "c") {
+            lists.push((format!("greedy {lib},c"), format!("{lib},c"), true));
+        }
+    }
+    let mut baselines = Vec::new();
+    for (label, list, greedy) in lists {
+        let o = Options {
+            backends: list,
+            greedy,
+            cache: Some(snapshot.clone()),
+            target: Some(target.clone()),
+            threads,
+        };
+        let parts = place_graph(g, &o, target)?.placement.parts;
+        let m = time(&parts)?;
+        log(&format!("{label}: {:.1} us", m.median_us));
+        baselines.push((label.clone(), m.median_us));
+        if m.median_us < best.0.median_us {
+            best = (m, parts, label);
+        }
+    }
+
+    // Evolution, seeded with the search's placement.
+    let mut failure = None;
+    let mut measured: Vec<(Vec<usize>, Measurement)> = Vec::new();
+    let evolved = evolve(
+        &problem,
+        &r.chosen,
+        &mut |chosen| {
+            if failure.is_some() {
+                return f64::INFINITY;
+            }
+            if chosen == r.chosen.as_slice() {
+                return search_m.median_us;
+            }
+            match time(&place::parts_of(&problem, chosen, &backends)) {
+                Ok(m) => {
+                    log(&format!("evolution candidate: {:.1} us", m.median_us));
+                    measured.push((chosen.to_vec(), m));
+                    m.median_us
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    f64::INFINITY
+                }
+            }
+        },
+        params,
+    )
+    .map_err(|e| model_err(format!("evolution: {e}")))?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if evolved.score < best.0.median_us {
+        if let Some((chosen, m)) = measured.iter().find(|(c, _)| *c == evolved.chosen) {
+            best = (
+                *m,
+                place::parts_of(&problem, chosen, &backends),
+                "evolution".into(),
+            );
+        }
+    }
+
+    let (m, parts, from) = best;
+    let mut p = BTreeMap::new();
+    p.insert("parts".to_string(), encode_parts(&parts));
+    p.insert("threads".to_string(), threads.to_string());
+    p.insert("from".to_string(), from.clone());
+    let entry = Entry::new(m.median_us, m.p90_us.max(m.median_us), m.samples, p)
+        .map_err(|e| model_err(format!("placement record: {e}")))?;
+    cache
+        .insert(placement_key(g, target, &names, threads), entry)
+        .map_err(|e| model_err(e.to_string()))?;
+    Ok(Evolution {
+        search_us: search_m.median_us,
+        baselines,
+        best_us: m.median_us,
+        best_from: from,
+        evaluations,
+    })
+}
