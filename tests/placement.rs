@@ -241,8 +241,8 @@ fn recorded_placement_is_followed() {
 }
 
 /// `collage tune` measures the transition penalty of every backend pair once; `--evolve` times
-/// the search's placement, the baselines and the evolution's placements end to end, and records
-/// the fastest, which placement then follows.
+/// the search's placement, the baselines and the evolution's placements end to end, re-times the
+/// fastest in final rounds and records the winner, which placement then follows.
 #[test]
 fn transitions_and_evolution_are_measured_and_recorded() {
     let g = mnist_passed();
@@ -294,8 +294,11 @@ fn transitions_and_evolution_are_measured_and_recorded() {
     let names: Vec<&str> = r.baselines.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["c", "greedy gemm,c"]);
     assert!(r.evaluations >= 3, "{r:?}");
-    assert!(r.best_us <= r.search_us, "{r:?}");
-    assert!(r.baselines.iter().all(|(_, us)| r.best_us <= *us), "{r:?}");
+    // The final rounds re-time the fastest distinct programs; the winner is the lowest.
+    assert!(!r.finals.is_empty() && r.finals.len() <= 4, "{r:?}");
+    let lowest = r.finals.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
+    assert_eq!(r.best_us, lowest, "{r:?}");
+    assert!(r.finals.iter().any(|f| f.0 == r.best_from), "{r:?}");
     let with = Options {
         cache: Some(Arc::new(cache)),
         threads: 1,

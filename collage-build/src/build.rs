@@ -197,8 +197,12 @@ impl Build {
             }
         }
         // `COLLAGE_TUNE=1 cargo build`: measure what the placement needs and update the cache
-        // first (works for DSL models too, which `collage tune` cannot read).
-        let tune = std::env::var_os("COLLAGE_TUNE").is_some_and(|v| v != "0");
+        // first (works for DSL models too, which `collage tune` cannot read);
+        // `COLLAGE_TUNE=evolve` also refines the placement end to end (`collage tune --evolve`)
+        // for the thread count of `threads()`.
+        let tune_var = std::env::var("COLLAGE_TUNE").unwrap_or_default();
+        let tune = !tune_var.is_empty() && tune_var != "0";
+        let evolve = tune_var == "evolve";
         if self.cargo {
             println!("cargo:rerun-if-env-changed=COLLAGE_TUNE");
         }
@@ -211,7 +215,16 @@ impl Build {
             };
             for (_, label, g) in &jobs {
                 let Ok(g) = g else { continue };
-                self.tune_one(g.clone(), label, &out, &opts, &target, &mut cache, path)?;
+                self.tune_one(
+                    g.clone(),
+                    label,
+                    &out,
+                    &opts,
+                    &target,
+                    &mut cache,
+                    path,
+                    evolve,
+                )?;
             }
             opts.cache = Some(std::sync::Arc::new(cache));
         }
@@ -302,6 +315,7 @@ impl Build {
         target: &crate::tune::TargetFingerprint,
         cache: &mut crate::tune::CostCache,
         path: &Path,
+        evolve: bool,
     ) -> Result<()> {
         crate::passes::run(&mut g, crate::passes::PIPELINE)?;
         let work = out.join("tune");
@@ -317,11 +331,36 @@ impl Build {
             &mut save,
             &mut |_, _| {},
         )?;
-        let _ = std::fs::remove_dir_all(&work);
         self.warn(&format!(
             "COLLAGE_TUNE: measured {n} kernel costs and transition penalties of {label} into {}",
             path.display()
         ));
+        if evolve {
+            let threads = self.threads.max(1);
+            let r = crate::refine::evolve_model(
+                &g,
+                opts,
+                target,
+                cache,
+                &work,
+                threads,
+                crate::partition::search::EvolveParams {
+                    population: 6,
+                    generations: 4,
+                    ..Default::default()
+                },
+                &mut |_| {},
+            );
+            let _ = std::fs::remove_dir_all(&work);
+            let r = r?;
+            cache.save(path)?;
+            self.warn(&format!(
+                "COLLAGE_TUNE=evolve: {} placements of {label} timed end to end on {threads} thread(s); recorded the fastest ({}, {:.1} us; the search's: {:.1} us)",
+                r.evaluations, r.best_from, r.best_us, r.search_us
+            ));
+        } else {
+            let _ = std::fs::remove_dir_all(&work);
+        }
         Ok(())
     }
 

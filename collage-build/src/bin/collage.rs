@@ -425,8 +425,14 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                     .map(|(n, us)| format!("{n} {us:.1} us"))
                     .collect::<Vec<_>>()
                     .join(", ");
+                let finals = r
+                    .finals
+                    .iter()
+                    .map(|(n, us)| format!("{n} {us:.1} us"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 println!(
-                    "evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {base}; recorded the fastest, from {}: {:.1} us",
+                    "evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {base}; final rounds: {finals}; recorded the fastest, from {}: {:.1} us",
                     r.evaluations, r.search_us, r.best_from, r.best_us
                 );
             } else {
