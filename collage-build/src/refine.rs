@@ -290,16 +290,20 @@ pub fn evolve_model(
     // rotated rounds (one timing of a program differs from the next by several per cent here);
     // the lowest round median wins.
     all.sort_by(|a, b| a.2.total_cmp(&b.2));
+    // Placements that differ only in how `c` nodes are grouped give the same program: one
+    // finalist each, named after the search or a baseline rather than the evolution when it is one.
     let mut finalists: Vec<(String, Vec<Part>, measure::Harness)> = Vec::new();
-    let mut sources = std::collections::HashSet::new();
+    let mut sources: std::collections::HashMap<String, usize> = Default::default();
     for (label, parts, _) in all {
-        if finalists.len() == FINALISTS {
-            break;
-        }
         let assign = assignment_of(g, &parts);
         let c = codegen::compile_assigned(g.clone(), "evolve", &|n| assign[n])?;
-        if sources.insert(c.c_source.clone()) {
+        if let Some(&i) = sources.get(&c.c_source) {
+            if finalists[i].0 == "evolution" {
+                finalists[i].0 = label;
+            }
+        } else if finalists.len() < FINALISTS {
             let h = measure::build_model(&c, work, "-O3")?;
+            sources.insert(c.c_source, finalists.len());
             finalists.push((label, parts, h));
         }
     }
