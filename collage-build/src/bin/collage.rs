@@ -211,7 +211,25 @@ fn remove_work(dir: &Path) {
     }
 }
 
+/// Output piped into a command that stops reading early (`collage explain M | head`) ends the
+/// process quietly, as with other command-line tools, instead of a panic in `println!` (Rust
+/// programs ignore SIGPIPE by default).
+#[cfg(unix)]
+fn default_sigpipe() {
+    extern "C" {
+        fn signal(sig: i32, handler: usize) -> usize;
+    }
+    const SIGPIPE: i32 = 13; // Linux, macOS and the BSDs
+    const SIG_DFL: usize = 0;
+    // SAFETY: `signal` is the C library's; it runs before any other thread exists.
+    unsafe {
+        signal(SIGPIPE, SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    default_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
