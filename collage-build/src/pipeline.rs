@@ -301,7 +301,12 @@ impl<'a> Pricer<'a> {
 }
 
 /// The transition penalty from backend `a` to `b`: measured (cache), else the default.
-fn transition(cache: Option<&CostCache>, target: &TargetFingerprint, a: &str, b: &str) -> f64 {
+pub(crate) fn transition(
+    cache: Option<&CostCache>,
+    target: &TargetFingerprint,
+    a: &str,
+    b: &str,
+) -> f64 {
     if a == b {
         return 0.0;
     }

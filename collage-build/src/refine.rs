@@ -198,9 +198,7 @@ pub fn evolve_model(
     // The search's placement, over the same problem the evolution mutates.
     let mut pricer = Pricer::new(g, Some(&snapshot), target)?;
     let transition = |a: usize, b: usize| {
-        snapshot
-            .get(&transition_key(target, names[a], names[b]))
-            .map_or(crate::pipeline::DEFAULT_TRANSITION_US, |e| e.median_us)
+        crate::pipeline::transition(Some(&snapshot), target, names[a], names[b])
     };
     let problem = place::problem(
         g,
