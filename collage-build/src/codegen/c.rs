@@ -76,6 +76,8 @@ static inline T cl_fmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); } \
 static inline T cl_mod_##S(T a, T b) { if (b == 0) return 0; T r = (T)(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; } \
 static inline T cl_pow_##S(T a, T b) { if (b < 0) return (T)pow((double)a, (double)b); T r = 1; while (b) { if (b & 1) r = (T)(r * a); a = (T)(a * a); b >>= 1; } return r; }
 CL_INT_OPS(int64_t, i64)
+static inline int64_t cl_floordiv_i64(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t cl_ceildiv_i64(int64_t a, int64_t b) { return -cl_floordiv_i64(-a, b); }
 CL_INT_OPS(int32_t, i32)
 CL_INT_OPS(uint8_t, bool)
 
@@ -625,7 +627,18 @@ fn emit_stage(
         None
     };
     let mut body = st.body.clone();
+    // A padded window (pooling): window loops outside, the row of outputs inside
+    // (codegen/window.rs).
+    let win = match &st.reduce {
+        Some(r) if rank > nd && split.is_none() && (8..=4096).contains(&shape[rank - 1]) => {
+            super::window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1)
+        }
+        _ => None,
+    };
     for (k, &d) in shape.iter().enumerate().take(loop_dims).skip(nd) {
+        if win.is_some() && k == rank - 1 {
+            continue;
+        }
         match split {
             Some(w) if k == rank - 1 => {
                 let (hi, lo) = (rank as u32, rank as u32 + 1);
@@ -695,6 +708,60 @@ fn emit_stage(
         flat_out
     };
     match &st.reduce {
+        Some(r) if win.is_some() => {
+            let w = win.as_ref().expect("checked");
+            let (l, n) = (rank - 1, shape[rank - 1]);
+            let init = scalar(r.op.init(st.ty.dtype));
+            writeln!(out, "{indent}{cty} accr[{n}];").unwrap();
+            writeln!(
+                out,
+                "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
+            )
+            .unwrap();
+            let mut ri = indent.clone();
+            for (k, &e) in r.extents.iter().enumerate() {
+                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
+                ri.push_str("    ");
+            }
+            if !w.invariant.is_empty() {
+                let inv: Vec<String> = w
+                    .invariant
+                    .iter()
+                    .map(|e| format!("({})", em.expr(e)))
+                    .collect();
+                writeln!(out, "{ri}if (!({})) continue;", inv.join(" && ")).unwrap();
+            }
+            let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
+            for b in &w.bounds {
+                let q = b.c_expr(&em.expr(&b.num));
+                if b.lower {
+                    lo = format!("cl_max_i64({lo}, {q})");
+                } else {
+                    hi = format!("cl_min_i64({hi}, {q})");
+                }
+            }
+            writeln!(out, "{ri}const int64_t lo = {lo}, hi = {hi};").unwrap();
+            let v = em.expr(&w.value);
+            let s = suffix(st.ty.dtype);
+            let upd = match r.op {
+                RedOp::Sum => format!("accr[i{l}] += {v};"),
+                RedOp::Prod => format!("accr[i{l}] *= {v};"),
+                RedOp::Max => format!("accr[i{l}] = cl_max_{s}(accr[i{l}], {v});"),
+                RedOp::Min => format!("accr[i{l}] = cl_min_{s}(accr[i{l}], {v});"),
+            };
+            writeln!(out, "{ri}for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}").unwrap();
+            close_reduction(out, &mut ri, r.extents.len());
+            let fin = r
+                .finalize
+                .as_ref()
+                .map(|f| em.expr(f))
+                .unwrap_or_else(|| "acc".into());
+            writeln!(
+                out,
+                "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
+            )
+            .unwrap();
+        }
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&body)).unwrap(),
         Some(r) => {
             writeln!(
@@ -734,7 +801,7 @@ fn emit_stage(
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
     }
-    for _ in nd..loop_dims + split.map_or(0, |_| 1) {
+    for _ in nd..loop_dims + split.map_or(0, |_| 1) - usize::from(win.is_some()) {
         indent.truncate(indent.len() - 4);
         writeln!(out, "{indent}}}").unwrap();
     }

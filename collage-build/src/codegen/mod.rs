@@ -3,6 +3,7 @@
 pub mod c;
 pub mod library;
 pub mod rust;
+mod window;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,245 @@
+//! Padded windows (pooling): a reduction whose body is `cond ? x : identity`, where every
+//! conjunct of `cond` either does not involve the innermost output variable `v` or is a range
+//! check on `s * v + rest` (`s > 0`, `rest` free of `v`). The generator then runs the window
+//! loops outside and `v` inside over a row of accumulators: for each window point the valid `v`
+//! form one interval, so the inner loop has no guard and walks the input with a constant stride
+//! (vectorisable), and each element still combines its window points in the same order.
+use crate::ir::DType;
+use crate::te::{BinOp, Expr, Scalar};
+
+/// A range check `s * v + rest OP bound`, as `v >= lo` (lower) or `v < hi` (upper) with
+/// `lo`/`hi` = ceil or floor of `(bound - rest) / s` (see [`Bound::c_expr`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bound {
+    /// A lower bound (`v >=`), else an exclusive upper bound (`v <`).
+    pub lower: bool,
+    /// `bound - rest`.
+    pub num: Expr,
+    /// The positive coefficient `s`.
+    pub s: i64,
+    /// Round the quotient up (else down and add one).
+    pub ceil: bool,
+}
+
+/// The guard of a padded window split for `v`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    /// Range checks on `v`.
+    pub bounds: Vec<Bound>,
+    /// Conjuncts without `v`.
+    pub invariant: Vec<Expr>,
+    /// The body without its guard.
+    pub value: Expr,
+}
+
+fn mentions(e: &Expr, v: u32) -> bool {
+    match e {
+        Expr::Var(k) => *k == v,
+        Expr::RVar(_) | Expr::Acc | Expr::Const(_) => false,
+        Expr::Load(_, idx) => idx.iter().any(|i| mentions(i, v)),
+        Expr::LoadFlat(_, f) => mentions(f, v),
+        Expr::Un(_, a) | Expr::Cast(_, a) => mentions(a, v),
+        Expr::Bin(_, a, b) => mentions(a, v) || mentions(b, v),
+        Expr::Select(c, a, b) => mentions(c, v) || mentions(a, v) || mentions(b, v),
+    }
+}
+
+fn int(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Const(c) if c.dtype().is_int() => Some(c.as_i64()),
+        _ => None,
+    }
+}
+
+/// `e` as `s * Var(v) + rest` over integer `+`, `-` and products with constants.
+fn linear(e: &Expr, v: u32) -> Option<(i64, Expr)> {
+    if !mentions(e, v) {
+        return Some((0, e.clone()));
+    }
+    let bin = |op, a: Expr, b: Expr| Expr::Bin(op, Box::new(a), Box::new(b));
+    match e {
+        Expr::Var(k) if *k == v => Some((1, Expr::i(0))),
+        Expr::Bin(BinOp::Add, a, b) => {
+            let ((sa, ra), (sb, rb)) = (linear(a, v)?, linear(b, v)?);
+            Some((sa + sb, bin(BinOp::Add, ra, rb)))
+        }
+        Expr::Bin(BinOp::Sub, a, b) => {
+            let ((sa, ra), (sb, rb)) = (linear(a, v)?, linear(b, v)?);
+            Some((sa - sb, bin(BinOp::Sub, ra, rb)))
+        }
+        Expr::Bin(BinOp::Mul, a, b) => {
+            let (c, x) = match (int(a), int(b)) {
+                (_, Some(c)) => (c, a),
+                (Some(c), _) => (c, b),
+                _ => return None,
+            };
+            let (s, r) = linear(x, v)?;
+            Some((s * c, bin(BinOp::Mul, r, Expr::i(c))))
+        }
+        _ => None,
+    }
+}
+
+fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
+    match c {
+        Expr::Bin(BinOp::And, a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        Expr::Cast(DType::Bool, a) => conjuncts(a, out),
+        other => out.push(other.clone()),
+    }
+}
+
+/// The window of a reduction body with identity `init`, split for `Var(v)`, when its guard has
+/// at least one range check on `v` and every other conjunct is free of `v`.
+pub fn split(body: &Expr, init: Scalar, v: u32) -> Option<Window> {
+    let Expr::Select(cond, x, y) = body else {
+        return None;
+    };
+    if **y != Expr::Const(init) {
+        return None;
+    }
+    let mut atoms = Vec::new();
+    conjuncts(cond, &mut atoms);
+    let mut w = Window {
+        bounds: Vec::new(),
+        invariant: Vec::new(),
+        value: (**x).clone(),
+    };
+    for a in atoms {
+        if !mentions(&a, v) {
+            w.invariant.push(a);
+            continue;
+        }
+        let Expr::Bin(op, l, b) = &a else {
+            return None;
+        };
+        if mentions(b, v) {
+            return None;
+        }
+        let (s, rest) = linear(l, v)?;
+        if s <= 0 {
+            return None;
+        }
+        let num = Expr::Bin(BinOp::Sub, b.clone(), Box::new(rest));
+        // s*v >= n <=> v >= ceil(n/s);  s*v > n <=> v >= floor(n/s) + 1;
+        // s*v < n <=> v < ceil(n/s);    s*v <= n <=> v < floor(n/s) + 1.
+        let (lower, ceil) = match op {
+            BinOp::Ge => (true, true),
+            BinOp::Gt => (true, false),
+            BinOp::Lt => (false, true),
+            BinOp::Le => (false, false),
+            _ => return None,
+        };
+        w.bounds.push(Bound {
+            lower,
+            num,
+            s,
+            ceil,
+        });
+    }
+    (!w.bounds.is_empty()).then_some(w)
+}
+
+impl Bound {
+    /// The bound as C, given the C text of `num`: `ceil(num / s)` or `floor(num / s) + 1`.
+    pub fn c_expr(&self, num: &str) -> String {
+        let s = self.s;
+        if self.ceil {
+            format!("cl_ceildiv_i64({num}, INT64_C({s}))")
+        } else {
+            format!("(cl_floordiv_i64({num}, INT64_C({s})) + 1)")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::te::Src;
+
+    fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Bin(op, Box::new(a), Box::new(b))
+    }
+
+    /// `i3 * 2 - 1 + r1`: a stride-2 padded column.
+    fn col() -> Expr {
+        bin(
+            BinOp::Add,
+            bin(
+                BinOp::Sub,
+                bin(BinOp::Mul, Expr::Var(3), Expr::i(2)),
+                Expr::i(1),
+            ),
+            Expr::RVar(1),
+        )
+    }
+
+    /// Evaluates a bound for given r1 and checks it against brute force over v.
+    fn eval(e: &Expr, r1: i64) -> i64 {
+        match e {
+            Expr::RVar(1) => r1,
+            Expr::Const(c) => c.as_i64(),
+            Expr::Bin(BinOp::Add, a, b) => eval(a, r1) + eval(b, r1),
+            Expr::Bin(BinOp::Sub, a, b) => eval(a, r1) - eval(b, r1),
+            Expr::Bin(BinOp::Mul, a, b) => eval(a, r1) * eval(b, r1),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stride_two_window_bounds_match_brute_force() {
+        let ninf = Scalar::F32(f32::NEG_INFINITY);
+        let row = bin(BinOp::Ge, Expr::RVar(0), Expr::i(1));
+        for (op, b) in [
+            (BinOp::Ge, 0),
+            (BinOp::Gt, 0),
+            (BinOp::Lt, 111),
+            (BinOp::Le, 111),
+        ] {
+            let cond = bin(BinOp::And, row.clone(), bin(op, col(), Expr::i(b)));
+            let load = Expr::Load(Src::Buf(0), vec![col()]);
+            let body = Expr::Select(
+                Box::new(Expr::Cast(DType::Bool, Box::new(cond))),
+                Box::new(load.clone()),
+                Box::new(Expr::Const(ninf)),
+            );
+            let w = split(&body, ninf, 3).unwrap();
+            assert_eq!(w.value, load);
+            assert_eq!(w.invariant, vec![row.clone()]);
+            let bd = &w.bounds[0];
+            for r1 in 0..3 {
+                let n = eval(&bd.num, r1);
+                let q = if bd.ceil {
+                    n.div_euclid(bd.s) + i64::from(n.rem_euclid(bd.s) != 0)
+                } else {
+                    n.div_euclid(bd.s) + 1
+                };
+                for v in -3..60i64 {
+                    let p = v * 2 - 1 + r1;
+                    let holds = match op {
+                        BinOp::Ge => p >= b,
+                        BinOp::Gt => p > b,
+                        BinOp::Lt => p < b,
+                        _ => p <= b,
+                    };
+                    let inside = if bd.lower { v >= q } else { v < q };
+                    assert_eq!(holds, inside, "{op:?} {b} r1={r1} v={v}");
+                }
+            }
+        }
+        // Negative coefficient or the variable in the bound: no window.
+        let neg = bin(
+            BinOp::Ge,
+            bin(BinOp::Sub, Expr::i(5), Expr::Var(3)),
+            Expr::i(0),
+        );
+        let body = Expr::Select(
+            Box::new(neg),
+            Box::new(Expr::RVar(0)),
+            Box::new(Expr::Const(ninf)),
+        );
+        assert!(split(&body, ninf, 3).is_none());
+    }
+}
