@@ -835,7 +835,8 @@ struct Guard {
     value: Expr,
 }
 
-fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
+/// The conjuncts of a guard (`a && b && ...`, through bool casts).
+pub(super) fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
     match c {
         Expr::Bin(BinOp::And, a, b) => {
             conjuncts(a, out);

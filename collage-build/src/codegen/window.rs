@@ -4,7 +4,7 @@
 //! loops outside and `v` inside over a row of accumulators: for each window point the valid `v`
 //! form one interval, so the inner loop has no guard and walks the input with a constant stride
 //! (vectorisable), and each element still combines its window points in the same order.
-use crate::ir::DType;
+use super::c::conjuncts;
 use crate::te::{BinOp, Expr, Scalar};
 
 /// A range check `s * v + rest OP bound`, as `v >= lo` (lower) or `v < hi` (upper) with
@@ -80,17 +80,6 @@ fn linear(e: &Expr, v: u32) -> Option<(i64, Expr)> {
     }
 }
 
-fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
-    match c {
-        Expr::Bin(BinOp::And, a, b) => {
-            conjuncts(a, out);
-            conjuncts(b, out);
-        }
-        Expr::Cast(DType::Bool, a) => conjuncts(a, out),
-        other => out.push(other.clone()),
-    }
-}
-
 /// The window of a reduction body with identity `init`, split for `Var(v)`, when its guard has
 /// at least one range check on `v` and every other conjunct is free of `v`.
 pub fn split(body: &Expr, init: Scalar, v: u32) -> Option<Window> {
@@ -157,6 +146,7 @@ impl Bound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::DType;
     use crate::te::Src;
 
     fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
