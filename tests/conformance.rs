@@ -7,6 +7,8 @@ use collage_build::pipeline::Options;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod common;
+
 fn data_dir() -> PathBuf {
     std::env::var_os("COLLAGE_ONNX_NODE_TESTS")
         .map(PathBuf::from)
@@ -98,22 +100,7 @@ fn onnx_node_tests_on_library_backends() {
         "{} is missing: run .ci/run",
         dir.display()
     );
-    for lib in ["gemm", "blas", "dnnl"] {
-        if collage_build::backend::by_name(lib).is_none() {
-            let required = std::env::var("COLLAGE_REQUIRE_BACKENDS")
-                .is_ok_and(|v| v.split(',').any(|b| b == lib));
-            assert!(
-                !required,
-                "backend {lib} is required (COLLAGE_REQUIRE_BACKENDS) but not available"
-            );
-            eprintln!("backend {lib} is not available here; skipped");
-            continue;
-        }
-        let opts = Options {
-            backends: format!("{lib},c"),
-            greedy: true,
-            ..Options::default()
-        };
+    for (lib, opts) in common::library_first() {
         let mut failures = Vec::new();
         let mut ran = 0;
         for filter in ["test_matmul", "test_gemm", "test_conv"] {

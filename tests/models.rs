@@ -6,6 +6,8 @@ use collage_build::pipeline::Options;
 use collage_build::tools;
 use collage_runtime::Executor;
 
+mod common;
+
 fn models_dir() -> PathBuf {
     std::env::var_os("COLLAGE_BENCH_MODELS")
         .map(PathBuf::from)
@@ -17,28 +19,9 @@ fn models_dir() -> PathBuf {
 /// contraction it can take.
 fn check(name: &str) {
     check_with(name, &Options::default());
-    for lib in ["gemm", "blas", "dnnl"] {
-        if collage_build::backend::by_name(lib).is_none() {
-            assert!(
-                !required(lib),
-                "backend {lib} is required (COLLAGE_REQUIRE_BACKENDS) but not available"
-            );
-            eprintln!("{name}: backend {lib} is not available here; skipped");
-            continue;
-        }
-        let opts = Options {
-            backends: format!("{lib},c"),
-            greedy: true,
-            ..Options::default()
-        };
+    for (_, opts) in common::library_first() {
         check_with(name, &opts);
     }
-}
-
-/// Whether CI requires `lib` (`COLLAGE_REQUIRE_BACKENDS=blas,dnnl`): then a missing library
-/// is a failure, not a skip.
-fn required(lib: &str) -> bool {
-    std::env::var("COLLAGE_REQUIRE_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b == lib))
 }
 
 /// Compiles `name` once and runs it on 1, 2 and 5 threads (5 > the cores of a CI machine, and

@@ -42,7 +42,8 @@ pub struct KernelReport {
     pub measured: Option<Entry>,
 }
 
-fn fnv64(s: &str) -> u64 {
+/// FNV-1a (64-bit) of a string: stable across runs and machines, for names and keys.
+pub(crate) fn fnv64(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= b as u64;

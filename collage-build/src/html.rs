@@ -93,15 +93,6 @@ fn escape(s: &str) -> String {
     out
 }
 
-fn fnv64(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 /// (fill, stroke) for a backend: fixed for the known backends, otherwise picked from a fixed
 /// list by a hash of the name, so the same name always gets the same colour.
 fn colours(backend: &str) -> (&'static str, &'static str) {
@@ -118,7 +109,7 @@ fn colours(backend: &str) -> (&'static str, &'static str) {
         "gemm" => ("#d8f0d2", "#3d8a36"),
         "blas" => ("#fde3c8", "#c0692a"),
         "dnnl" => ("#ead7f2", "#8a4aa8"),
-        _ => MORE[(fnv64(backend) % MORE.len() as u64) as usize],
+        _ => MORE[(crate::explain::fnv64(backend) % MORE.len() as u64) as usize],
     }
 }
 

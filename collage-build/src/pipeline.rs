@@ -106,11 +106,7 @@ pub fn transition_key(target: &TargetFingerprint, a: &str, b: &str) -> Key {
 /// pipeline) on the backends `names` for `threads` threads: the graph's text IR (FNV-1a hash),
 /// the backend list and the thread count.
 pub fn placement_key(g: &Graph, target: &TargetFingerprint, names: &[&str], threads: usize) -> Key {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in g.to_string().bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = crate::explain::fnv64(&g.to_string());
     let types = |vs: &[crate::ir::ValueId]| -> Vec<String> {
         vs.iter().map(|&v| g.ty(v).to_string()).collect()
     };
@@ -325,7 +321,7 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
         return greedy(g, &backends, &mut pricer, cache, target);
     }
     let mut priced: Vec<(usize, Vec<usize>, String, f64, bool)> = Vec::new();
-    let placement = place(
+    let mut placement = place(
         g,
         &backends,
         &mut |b, c: &Candidate| {
@@ -337,7 +333,6 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
         &|a, b| transition(cache, target, names[a], names[b]),
         SearchLimits::default(),
     )?;
-    let mut placement = placement;
     if let Some(rec) = cache.and_then(|c| c.get(&placement_key(g, target, &names, opts.threads))) {
         if let Some(parts) = recorded(g, rec, &backends, &mut pricer, &mut priced) {
             placement.cost_us = estimate(g, &parts, cache, target);

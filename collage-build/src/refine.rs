@@ -147,6 +147,12 @@ pub fn tune_transitions(
     Ok(total)
 }
 
+/// `g` compiled with the placement `parts`.
+fn compile_parts(g: &Graph, parts: &[Part]) -> Result<Compiled> {
+    let assign = assignment_of(g, parts);
+    codegen::compile_assigned(g.clone(), "evolve", &|n| assign[n])
+}
+
 /// What [`evolve_model`] measured, in microseconds (end-to-end medians).
 #[derive(Clone, Debug)]
 pub struct Evolution {
@@ -188,11 +194,13 @@ pub fn evolve_model(
         detail,
     };
     let mut evaluations = 0;
-    let mut time = |parts: &[Part]| -> Result<Measurement> {
+    // Times a placement; also returns the hash of its generated C, which tells placements that
+    // differ only in how `c` nodes are grouped (the same program) apart from others.
+    let mut time = |parts: &[Part]| -> Result<(Measurement, u64)> {
         evaluations += 1;
-        let assign = assignment_of(g, parts);
-        let c = codegen::compile_assigned(g.clone(), "evolve", &|n| assign[n])?;
-        measure::end_to_end(&c, work, "-O3", threads, budget)
+        let c = compile_parts(g, parts)?;
+        let m = measure::end_to_end(&c, work, "-O3", threads, budget)?;
+        Ok((m, crate::explain::fnv64(&c.c_source)))
     };
 
     // The search's placement, over the same problem the evolution mutates.
@@ -215,11 +223,15 @@ pub fn evolve_model(
         return Err(model_err(format!("no placement: {}", r.stop)));
     }
     let search_parts = place::parts_of(&problem, &r.chosen, &backends);
-    let search_m = time(&search_parts)?;
+    let (search_m, search_src) = time(&search_parts)?;
     log(&format!("search placement: {:.1} us", search_m.median_us));
-    // Every placement timed: (where it came from, parts, median).
-    let mut all: Vec<(String, Vec<Part>, f64)> =
-        vec![("search".to_string(), search_parts, search_m.median_us)];
+    // Every placement timed: (where it came from, parts, median, program hash).
+    let mut all: Vec<(String, Vec<Part>, f64, u64)> = vec![(
+        "search".to_string(),
+        search_parts,
+        search_m.median_us,
+        search_src,
+    )];
 
     // The baselines.
     let mut lists = Vec::new();
@@ -239,15 +251,15 @@ pub fn evolve_model(
             threads,
         };
         let parts = place_graph(g, &o, target)?.placement.parts;
-        let m = time(&parts)?;
+        let (m, src) = time(&parts)?;
         log(&format!("{label}: {:.1} us", m.median_us));
         baselines.push((label.clone(), m.median_us));
-        all.push((label, parts, m.median_us));
+        all.push((label, parts, m.median_us, src));
     }
 
     // Evolution, seeded with the search's placement.
     let mut failure = None;
-    let mut measured: Vec<(Vec<usize>, f64)> = Vec::new();
+    let mut measured: Vec<(Vec<usize>, f64, u64)> = Vec::new();
     evolve(
         &problem,
         &r.chosen,
@@ -259,9 +271,9 @@ pub fn evolve_model(
                 return search_m.median_us;
             }
             match time(&place::parts_of(&problem, chosen, &backends)) {
-                Ok(m) => {
+                Ok((m, src)) => {
                     log(&format!("evolution candidate: {:.1} us", m.median_us));
-                    measured.push((chosen.to_vec(), m.median_us));
+                    measured.push((chosen.to_vec(), m.median_us, src));
                     m.median_us
                 }
                 Err(e) => {
@@ -276,11 +288,12 @@ pub fn evolve_model(
     if let Some(e) = failure {
         return Err(e);
     }
-    for (chosen, us) in measured {
+    for (chosen, us, src) in measured {
         all.push((
             "evolution".to_string(),
             place::parts_of(&problem, &chosen, &backends),
             us,
+            src,
         ));
     }
 
@@ -291,17 +304,15 @@ pub fn evolve_model(
     // Placements that differ only in how `c` nodes are grouped give the same program: one
     // finalist each, named after the search or a baseline rather than the evolution when it is one.
     let mut finalists: Vec<(String, Vec<Part>, measure::Harness)> = Vec::new();
-    let mut sources: std::collections::HashMap<String, usize> = Default::default();
-    for (label, parts, _) in all {
-        let assign = assignment_of(g, &parts);
-        let c = codegen::compile_assigned(g.clone(), "evolve", &|n| assign[n])?;
-        if let Some(&i) = sources.get(&c.c_source) {
+    let mut sources: std::collections::HashMap<u64, usize> = Default::default();
+    for (label, parts, _, src) in all {
+        if let Some(&i) = sources.get(&src) {
             if finalists[i].0 == "evolution" {
                 finalists[i].0 = label;
             }
         } else if finalists.len() < FINALISTS {
-            let h = measure::build_model(&c, work, "-O3")?;
-            sources.insert(c.c_source, finalists.len());
+            let h = measure::build_model(&compile_parts(g, &parts)?, work, "-O3")?;
+            sources.insert(src, finalists.len());
             finalists.push((label, parts, h));
         }
     }

@@ -391,34 +391,32 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             bar.set_message(format!("tuning {}", g.name));
-            let n = collage_build::pipeline::tune_model(
-                &g,
-                &opts,
-                &target,
-                &mut cache,
-                &work,
-                collage_build::explain::default_budget(),
-                &mut |cache| cache.save(&path).map_err(Into::into),
-                &mut |done, total| {
-                    bar.set_length(total as u64);
-                    bar.set_position(done as u64);
-                },
-            );
-            bar.finish_and_clear();
-            let n = match n {
-                Ok(n) => n,
-                Err(e) => {
-                    remove_work(&work);
-                    return Err(e);
+            // The measurements, then the optional refinement; the work folder goes either way.
+            let mut measure = || -> collage_build::Result<()> {
+                let n = collage_build::pipeline::tune_model(
+                    &g,
+                    &opts,
+                    &target,
+                    &mut cache,
+                    &work,
+                    collage_build::explain::default_budget(),
+                    &mut |cache| cache.save(&path).map_err(Into::into),
+                    &mut |done, total| {
+                        bar.set_length(total as u64);
+                        bar.set_position(done as u64);
+                    },
+                );
+                bar.finish_and_clear();
+                let n = n?;
+                cache.save(&path)?;
+                println!(
+                    "measured {n} entries; {} entries in {}",
+                    cache.len(),
+                    path.display()
+                );
+                if !evolve {
+                    return Ok(());
                 }
-            };
-            cache.save(&path)?;
-            println!(
-                "measured {n} entries; {} entries in {}",
-                cache.len(),
-                path.display()
-            );
-            if evolve {
                 let params = collage_build::partition::search::EvolveParams {
                     population: population.max(1),
                     generations,
@@ -433,29 +431,28 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                     threads.max(1),
                     params,
                     &mut |line| eprintln!("  {line}"),
-                );
-                remove_work(&work);
-                let r = r?;
+                )?;
                 cache.save(&path)?;
-                let base = r
-                    .baselines
-                    .iter()
-                    .map(|(n, us)| format!("{n} {us:.1} us"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let finals = r
-                    .finals
-                    .iter()
-                    .map(|(n, us)| format!("{n} {us:.1} us"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let list = |v: &[(String, f64)]| -> String {
+                    v.iter()
+                        .map(|(n, us)| format!("{n} {us:.1} us"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 println!(
-                    "evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {base}; final rounds: {finals}; recorded the fastest, from {}: {:.1} us",
-                    r.evaluations, r.search_us, r.best_from, r.best_us
+                    "evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {}; final rounds: {}; recorded the fastest, from {}: {:.1} us",
+                    r.evaluations,
+                    r.search_us,
+                    list(&r.baselines),
+                    list(&r.finals),
+                    r.best_from,
+                    r.best_us
                 );
-            } else {
-                remove_work(&work);
-            }
+                Ok(())
+            };
+            let done = measure();
+            remove_work(&work);
+            done?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Cache { cmd } => match cmd {

@@ -742,13 +742,7 @@ fn emit_stage(
             }
             writeln!(out, "{ri}const int64_t lo = {lo}, hi = {hi};").unwrap();
             let v = em.expr(&w.value);
-            let s = suffix(st.ty.dtype);
-            let upd = match r.op {
-                RedOp::Sum => format!("accr[i{l}] += {v};"),
-                RedOp::Prod => format!("accr[i{l}] *= {v};"),
-                RedOp::Max => format!("accr[i{l}] = cl_max_{s}(accr[i{l}], {v});"),
-                RedOp::Min => format!("accr[i{l}] = cl_min_{s}(accr[i{l}], {v});"),
-            };
+            let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
             writeln!(out, "{ri}for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}").unwrap();
             close_reduction(out, &mut ri, r.extents.len());
             let fin = r
@@ -784,13 +778,7 @@ fn emit_stage(
                 ri.push_str("    ");
             }
             let v = em.expr(&st.body);
-            let s = suffix(st.ty.dtype);
-            let upd = match r.op {
-                RedOp::Sum => format!("acc += {v};"),
-                RedOp::Prod => format!("acc *= {v};"),
-                RedOp::Max => format!("acc = cl_max_{s}(acc, {v});"),
-                RedOp::Min => format!("acc = cl_min_{s}(acc, {v});"),
-            };
+            let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
             writeln!(out, "{ri}{upd}").unwrap();
             close_reduction(out, &mut ri, r.extents.len());
             let fin = r
@@ -1004,7 +992,6 @@ impl RowPlan {
         let r = st.reduce.as_ref().unwrap();
         let (v, n) = (self.v, shape[self.v]);
         let cty = st.ty.dtype.c_type();
-        let s = suffix(st.ty.dtype);
         let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
         let t = self.tile;
         let n_tiles = n.div_ceil(t);
@@ -1060,16 +1047,7 @@ impl RowPlan {
         writeln!(out, "{ri}for (int64_t i{v} = lo; i{v} < hi; ++i{v}) {{").unwrap();
         for j in 0..jn {
             let x = em.expr(&jammed(value, j));
-            let upd = match r.op {
-                RedOp::Sum => format!("accv[{j}][i{v} - t0] += {x};"),
-                RedOp::Prod => format!("accv[{j}][i{v} - t0] *= {x};"),
-                RedOp::Max => {
-                    format!("accv[{j}][i{v} - t0] = cl_max_{s}(accv[{j}][i{v} - t0], {x});")
-                }
-                RedOp::Min => {
-                    format!("accv[{j}][i{v} - t0] = cl_min_{s}(accv[{j}][i{v} - t0], {x});")
-                }
-            };
+            let upd = accumulate(r.op, st.ty.dtype, &format!("accv[{j}][i{v} - t0]"), &x);
             writeln!(out, "{ri}    {upd}").unwrap();
         }
         writeln!(out, "{ri}}}").unwrap();
@@ -1601,6 +1579,17 @@ fn open_reduction(out: &mut String, ri: &mut String, extents: &[usize]) {
 }
 
 /// Closes the loops of [`open_reduction`].
+/// The C statement that combines `v` into the accumulator `acc` with `op`.
+fn accumulate(op: RedOp, dtype: DType, acc: &str, v: &str) -> String {
+    let s = suffix(dtype);
+    match op {
+        RedOp::Sum => format!("{acc} += {v};"),
+        RedOp::Prod => format!("{acc} *= {v};"),
+        RedOp::Max => format!("{acc} = cl_max_{s}({acc}, {v});"),
+        RedOp::Min => format!("{acc} = cl_min_{s}({acc}, {v});"),
+    }
+}
+
 fn close_reduction(out: &mut String, ri: &mut String, n: usize) {
     for _ in 0..n {
         ri.truncate(ri.len() - 4);

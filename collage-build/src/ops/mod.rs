@@ -42,6 +42,18 @@ pub enum OpKind {
     Opaque,
 }
 
+impl OpKind {
+    /// Every kind.
+    pub const ALL: [OpKind; 6] = [
+        OpKind::Elementwise,
+        OpKind::Broadcast,
+        OpKind::Injective,
+        OpKind::Reduction,
+        OpKind::OutElementwiseFusable,
+        OpKind::Opaque,
+    ];
+}
+
 /// What an operator may look at to infer its output types.
 pub struct InferCx<'a> {
     /// Input types; `None` for omitted optional inputs.

@@ -23,15 +23,7 @@ impl Backend for CBackend {
     /// epilogues of contractions, elementwise chains, injective producers), as single-exit
     /// sub-graphs up to 8 nodes deep.
     fn rule(&self) -> PartitionRule {
-        use OpKind::*;
-        let all = PartitionRule::kinds(&[
-            Elementwise,
-            Broadcast,
-            Injective,
-            Reduction,
-            OutElementwiseFusable,
-            Opaque,
-        ]);
+        let all = PartitionRule::kinds(&OpKind::ALL);
         let fused = PartitionRule::Combine {
             inner: Box::new(all),
             combiners: Combiner::fuse_ops(),
