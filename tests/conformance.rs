@@ -89,9 +89,10 @@ fn onnx_node_tests() {
     );
 }
 
-/// The node tests of the operators library backends compute (MatMul, Gemm, Conv), with each
-/// available library backend forced first (`--greedy --backends LIB,c`): every contraction the
-/// library can take runs on it, and must match the ONNX reference like the generated code does.
+/// The node tests of the operators library backends compute (MatMul, Gemm, Conv; on `dnnl` also
+/// MaxPool and AveragePool, which run on its pooling primitive), with each available library
+/// backend forced first (`--greedy --backends LIB,c`): every node the library can take runs on
+/// it, and must match the ONNX reference like the generated code does.
 #[test]
 fn onnx_node_tests_on_library_backends() {
     let dir = data_dir();
@@ -103,7 +104,15 @@ fn onnx_node_tests_on_library_backends() {
     for (lib, opts) in common::library_first() {
         let mut failures = Vec::new();
         let mut ran = 0;
-        for filter in ["test_matmul", "test_gemm", "test_conv"] {
+        let pools: &[&str] = if lib == "dnnl" {
+            &["test_maxpool", "test_averagepool"]
+        } else {
+            &[]
+        };
+        for &filter in ["test_matmul", "test_gemm", "test_conv"]
+            .iter()
+            .chain(pools)
+        {
             let work = std::env::temp_dir().join(format!(
                 "collage-conformance-{lib}-{filter}-{}",
                 std::process::id()

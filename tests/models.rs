@@ -45,17 +45,25 @@ fn check_with(name: &str, opts: &Options) {
     let out_ty = loaded.model.outputs[0].ty.clone();
     let x = tools::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
     let want = tools::read_raw_f32(&reference, &out_ty.shape).unwrap();
-    for threads in [1, 2, 5] {
-        let got = loaded
-            .model
-            .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
+    // Instance state (as `Model::run`), then the process-wide one (as `Model::run_in`), which
+    // a model with oneDNN primitives rebuilds for each thread count.
+    for shared in [false, true] {
+        for threads in [1, 2, 5] {
+            let exec = Executor::with_threads(threads);
+            let xs = std::slice::from_ref(&x);
+            let got = if shared {
+                loaded.model.run_shared(xs, &exec)
+            } else {
+                loaded.model.run(xs, &exec)
+            }
             .unwrap();
-        let (ok, err) = tools::compare(&got[0], &want);
-        assert!(
-            ok,
-            "{name} ({threads} threads, backends {:?}, greedy {}): max |got - want| = {err}",
-            opts.backends, opts.greedy
-        );
+            let (ok, err) = tools::compare(&got[0], &want);
+            assert!(
+                ok,
+                "{name} ({threads} threads, backends {:?}, greedy {}, shared state {shared}): max |got - want| = {err}",
+                opts.backends, opts.greedy
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -78,4 +86,54 @@ fn resnet18_matches_onnx_runtime() {
 #[test]
 fn bert_layer_matches_onnx_runtime() {
     check("bert_layer");
+}
+
+/// Every node of mnist_cnn and resnet18 on `dnnl`, as one part (a placement record, as
+/// `collage tune --evolve` writes): convolutions run on oneDNN's convolution primitive with their
+/// bias, residual `Add` (sum post-op) and `Relu` fused as post-ops, pooling on its pooling
+/// primitive.
+#[test]
+fn dnnl_primitives_with_fused_post_ops_match_onnx_runtime() {
+    use std::sync::Arc;
+
+    use collage_build::pipeline;
+    use collage_build::tune::{CostCache, Entry, TargetFingerprint};
+    if !common::library_first().iter().any(|(l, _)| *l == "dnnl") {
+        return;
+    }
+    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    for (name, fused) in [
+        ("mnist_cnn", &[", 1, 0, 1},"][..]),
+        ("resnet18", &[", 1, 0, 1},", ", 1, 1, 1},"][..]),
+    ] {
+        let mut g = collage_build::frontend::onnx::load(&models_dir().join(format!("{name}.onnx")))
+            .unwrap();
+        collage_build::passes::run(&mut g, collage_build::passes::PIPELINE).unwrap();
+        let all: Vec<String> = (0..g.nodes.len()).map(|i| i.to_string()).collect();
+        let mut params = std::collections::BTreeMap::new();
+        params.insert("parts".to_string(), format!("dnnl:{}", all.join(",")));
+        let mut cache = CostCache::new();
+        let key = pipeline::placement_key(&g, &target, &["dnnl", "c"], 1);
+        cache
+            .insert(key, Entry::new(1.0, 1.0, 1, params).unwrap())
+            .unwrap();
+        let opts = Options {
+            backends: "dnnl,c".into(),
+            cache: Some(Arc::new(cache)),
+            target: Some(target.clone()),
+            ..Options::default()
+        };
+        let c = pipeline::compile_passed(g, "m", &opts, &target).unwrap();
+        for f in fused {
+            assert!(
+                c.c_source.contains(f),
+                "{name}: no oneDNN primitive with post-ops (bias, sum, relu) = {f}"
+            );
+        }
+        assert!(
+            c.c_source.contains("{CL_DNNL_MAXPOOL,"),
+            "{name}: no pooling primitive"
+        );
+        check_with(name, &opts);
+    }
 }

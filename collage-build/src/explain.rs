@@ -115,7 +115,7 @@ const LIBRARY_CALL_US: f64 = 1.0;
 pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
     match st.exec {
         crate::te::Exec::Generated => st.work() as f64 / rate(schedule_of(p, st, 16)) + 0.05,
-        crate::te::Exec::Gemm(_) => {
+        crate::te::Exec::Gemm(_) | crate::te::Exec::Dnnl(_) => {
             let epilogue = st
                 .reduce
                 .as_ref()

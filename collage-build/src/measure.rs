@@ -237,6 +237,8 @@ pub struct Harness {
     pub symbol: String,
     /// The shared library it lives in.
     pub path: PathBuf,
+    /// The model's per-instance library state (oneDNN primitives), if it has one.
+    state: crate::native::InstanceState,
     // Last, so that the library is unloaded after everything else is dropped.
     _lib: Arc<libloading::Library>,
 }
@@ -274,6 +276,7 @@ impl Harness {
                 detail: e.to_string(),
             })?
         };
+        let state = crate::native::InstanceState::load(&lib, &spec.symbol);
         let mut weights = aligned(spec.weights.len());
         bytes_mut(&mut weights)[..spec.weights.len()].copy_from_slice(&spec.weights);
         let inputs: Vec<Slot> = spec
@@ -316,6 +319,7 @@ impl Harness {
             outputs,
             symbol: spec.symbol,
             path: path.to_path_buf(),
+            state,
             _lib: lib,
         })
     }
@@ -343,14 +347,27 @@ impl Harness {
         Ok(())
     }
 
-    /// Runs the entry point once. Allocates nothing.
+    /// Runs the entry point once, as `Model::run` does: a model with library state gets an
+    /// instance of it for `exec`'s thread count (created on the first run for that count).
+    /// Allocates nothing after that.
     pub fn run(&mut self, exec: &Executor) {
-        let rt = exec.raw();
+        let mut rt = exec.raw();
+        self.state.bind(&mut rt, exec.threads());
+        self.call(&rt);
+    }
+
+    /// Runs the entry point once without an instance state, as `Model::run_in` does (a model
+    /// with library state then uses the process-wide one, under its lock).
+    pub fn run_shared(&mut self, exec: &Executor) {
+        self.call(&exec.raw());
+    }
+
+    fn call(&mut self, rt: &RawRt) {
         // SAFETY: arena, weights and inputs have the sizes and layouts the code was generated for
         // (inputs hold their stored size), and `ptrs` points at the input buffers.
         unsafe {
             (self.run)(
-                &rt,
+                rt,
                 self.arena.as_mut_ptr(),
                 self.weights.as_ptr() as *const u8,
                 self.ptrs.as_ptr(),
@@ -714,7 +731,12 @@ mod tests {
         let y = node(&mut g, "Conv", Attrs(a), vec![x, w, b]);
         let r = node(&mut g, "Relu", Attrs::default(), vec![y]);
         g.outputs.push(r);
-        crate::compile_graph(g, "conv").unwrap()
+        // Generated code: im2col and the contraction are two kernels.
+        let opts = crate::pipeline::Options {
+            backends: "c".into(),
+            ..Default::default()
+        };
+        crate::pipeline::compile(g, "conv", &opts).unwrap()
     }
 
     /// Every buffer's value by the interpreter, with the model inputs pseudo-random.

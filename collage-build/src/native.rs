@@ -16,6 +16,53 @@ type RunFn = unsafe extern "C" fn(
     inputs: *const *const u8,
 );
 
+type LibNewFn = unsafe extern "C" fn(rt: *const RawRt) -> *mut std::ffi::c_void;
+type LibFreeFn = unsafe extern "C" fn(lib: *mut std::ffi::c_void);
+
+/// The per-instance library state of a loaded model (its oneDNN primitives), kept as the Rust
+/// glue's `Model` keeps it: one for the executor's thread count, created on first use. Must be
+/// dropped before the shared library it comes from is unloaded.
+#[derive(Default)]
+pub(crate) struct InstanceState {
+    fns: Option<(LibNewFn, LibFreeFn)>,
+    instance: Option<(usize, collage_runtime::Library)>,
+}
+
+impl InstanceState {
+    /// The state functions of entry point `symbol` in `lib`, if the model has any.
+    pub(crate) fn load(lib: &libloading::Library, symbol: &str) -> Self {
+        let name = |suffix: &str| format!("collage_{symbol}_lib_{suffix}");
+        // SAFETY: generated state functions have exactly these signatures.
+        let fns = unsafe {
+            match (
+                lib.get::<LibNewFn>(name("new").as_bytes()),
+                lib.get::<LibFreeFn>(name("free").as_bytes()),
+            ) {
+                (Ok(n), Ok(f)) => Some((*n, *f)),
+                _ => None,
+            }
+        };
+        InstanceState {
+            fns,
+            instance: None,
+        }
+    }
+
+    /// Points `rt.lib` at the instance state for `threads` threads (built if needed).
+    pub(crate) fn bind(&mut self, rt: &mut RawRt, threads: usize) {
+        let Some((new, free)) = self.fns else {
+            return;
+        };
+        if self.instance.as_ref().is_none_or(|(t, _)| *t != threads) {
+            self.instance = None;
+            // SAFETY: the constructor and destructor belong to the same entry point.
+            let lib = unsafe { collage_runtime::Library::new(new(rt), free) };
+            self.instance = Some((threads, lib));
+        }
+        rt.lib = self.instance.as_ref().expect("just built").1.as_ptr();
+    }
+}
+
 /// The C compiler command: `$CC`, else `cc`.
 pub fn c_compiler() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
@@ -121,6 +168,8 @@ pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
 
 /// A compiled model loaded into this process.
 pub struct NativeModel {
+    // First: dropped before the library is unloaded.
+    state: InstanceState,
     _lib: libloading::Library,
     run: RunFn,
     arena: Arena,
@@ -164,6 +213,7 @@ impl NativeModel {
             )
         };
         Ok(NativeModel {
+            state: InstanceState::load(&lib, &c.symbol),
             _lib: lib,
             run,
             arena: Arena::new(c.arena_size),
@@ -204,10 +254,24 @@ impl NativeModel {
         Ok(())
     }
 
+    /// [`NativeModel::run`] without an instance state, as `Model::run_in` runs: a model with
+    /// oneDNN primitives then uses the process-wide ones, under their lock.
+    pub fn run_shared(&mut self, inputs: &[Tensor], exec: &Executor) -> Result<Vec<Tensor>> {
+        self.check(inputs)?;
+        self.call(inputs, exec.raw());
+        Ok(self.outputs.iter().map(|o| self.output(o)).collect())
+    }
+
     /// Runs without checking or copying outputs (for timing); `inputs` must match the signature.
+    /// A model with library state runs on an instance of it, as `Model::run` does.
     pub fn run_unchecked(&mut self, inputs: &[Tensor], exec: &Executor) {
+        let mut rt = exec.raw();
+        self.state.bind(&mut rt, exec.threads());
+        self.call(inputs, rt);
+    }
+
+    fn call(&mut self, inputs: &[Tensor], rt: RawRt) {
         let ptrs: Vec<*const u8> = inputs.iter().map(|t| t.data.as_ptr()).collect();
-        let rt = exec.raw();
         // SAFETY: the arena and weights have the sizes the code was generated for and inputs match
         // the signature (checked by the caller).
         unsafe {

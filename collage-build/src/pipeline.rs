@@ -160,12 +160,38 @@ fn decode_parts(
     seen.iter().all(|&s| s).then_some(parts)
 }
 
+/// A lowering of the whole graph that candidates take their stages from.
+struct Lowered {
+    p: Program,
+    readers: Vec<Vec<BufId>>,
+    node_stages: Vec<Vec<BufId>>,
+}
+
+impl Lowered {
+    fn new(p: Program, n_nodes: usize) -> Self {
+        let readers = p.readers();
+        let mut node_stages = vec![Vec::new(); n_nodes];
+        for (i, b) in p.bufs.iter().enumerate() {
+            if let BufKind::Stage(st) = &b.kind {
+                if (st.part as usize) < n_nodes {
+                    node_stages[st.part as usize].push(i as BufId);
+                }
+            }
+        }
+        Lowered {
+            p,
+            readers,
+            node_stages,
+        }
+    }
+}
+
 /// Prices candidates: lowers the candidate's nodes alone, fuses them as the code generator
 /// would, and sums the cached (or estimated) cost of the resulting kernels.
 pub struct Pricer<'a> {
-    p0: Program,
-    readers: Vec<Vec<BufId>>,
-    node_stages: Vec<Vec<BufId>>,
+    generic: Lowered,
+    /// Operators with a oneDNN primitive lowered to their direct form (when `dnnl` is here).
+    dnnl: Option<Lowered>,
     cache: Option<&'a CostCache>,
     target: &'a TargetFingerprint,
     /// Kernel costs looked up so far, by key (a kernel priced twice is counted once).
@@ -179,20 +205,17 @@ impl<'a> Pricer<'a> {
         cache: Option<&'a CostCache>,
         target: &'a TargetFingerprint,
     ) -> Result<Self> {
-        let p0 = codegen::lower_graph(g)?;
-        let readers = p0.readers();
-        let mut node_stages = vec![Vec::new(); g.nodes.len()];
-        for (i, b) in p0.bufs.iter().enumerate() {
-            if let BufKind::Stage(st) = &b.kind {
-                if (st.part as usize) < node_stages.len() {
-                    node_stages[st.part as usize].push(i as BufId);
-                }
-            }
-        }
+        let n = g.nodes.len();
+        let generic = Lowered::new(codegen::lower_graph(g)?, n);
+        let dnnl = if crate::backend::dnnl::available() {
+            let p = codegen::lower_graph_with(g, &|i| (i as u32, Some("dnnl")))?;
+            Some(Lowered::new(p, n))
+        } else {
+            None
+        };
         Ok(Pricer {
-            p0,
-            readers,
-            node_stages,
+            generic,
+            dnnl,
             cache,
             target,
             seen: HashMap::new(),
@@ -207,9 +230,13 @@ impl<'a> Pricer<'a> {
         backend: &'static str,
         library: bool,
     ) -> Option<Program> {
+        let low = match (&self.dnnl, backend) {
+            (Some(d), "dnnl") => d,
+            _ => &self.generic,
+        };
         let mut ids: Vec<BufId> = nodes
             .iter()
-            .flat_map(|&n| self.node_stages[n].iter().copied())
+            .flat_map(|&n| low.node_stages[n].iter().copied())
             .collect();
         ids.sort_unstable();
         let inside = |b: BufId| ids.binary_search(&b).is_ok();
@@ -217,12 +244,12 @@ impl<'a> Pricer<'a> {
         let mut map: HashMap<BufId, BufId> = HashMap::new();
         let mut any_library = false;
         for &id in &ids {
-            let st = self.p0.stage(id).expect("a stage");
+            let st = low.p.stage(id).expect("a stage");
             for b in measure::stage_sources(st) {
                 if inside(b) || map.contains_key(&b) {
                     continue;
                 }
-                let buf = &self.p0.bufs[b as usize];
+                let buf = &low.p.bufs[b as usize];
                 let kind = match &buf.kind {
                     BufKind::Const(t) => BufKind::Const(t.clone()),
                     _ => BufKind::Input(p.inputs.len()),
@@ -244,16 +271,16 @@ impl<'a> Pricer<'a> {
                 *f = f.map_src(&remap);
             }
             st.part = 0;
-            if library && st.reduce.is_some() {
+            if library && st.reduce.is_some() && !matches!(st.exec, te::Exec::Dnnl(_)) {
                 st.exec = codegen::exec_for(&p, &st, Some(backend));
-                any_library |= st.exec != te::Exec::Generated;
             }
+            any_library |= library && st.exec != te::Exec::Generated;
             let nb = p.push(st.name.clone(), st.ty.clone(), BufKind::Stage(st));
             map.insert(id, nb);
-            let read_outside = self.readers[id as usize].iter().any(|&r| !inside(r));
-            if read_outside || self.p0.outputs.contains(&id) {
+            let read_outside = low.readers[id as usize].iter().any(|&r| !inside(r));
+            if read_outside || low.p.outputs.contains(&id) {
                 p.outputs.push(nb);
-                p.output_names.push(self.p0.bufs[id as usize].name.clone());
+                p.output_names.push(low.p.bufs[id as usize].name.clone());
             }
         }
         if library && !any_library {

@@ -22,6 +22,45 @@ pub struct RawRt {
     /// How many threads `parallel_for` runs on (1 for the serial executor): library calls size
     /// their blocks by it.
     pub threads: i64,
+    /// The model instance's library state ([`Library`]: oneDNN primitives created with the
+    /// model), or null: generated code then uses one process-wide state behind a lock.
+    pub lib: *mut c_void,
+}
+
+/// State that generated code creates for one model instance (the `dnnl` backend's primitives,
+/// built once so that `run` creates nothing) and frees when the instance is dropped.
+#[derive(Debug)]
+pub struct Library {
+    ptr: *mut c_void,
+    free: unsafe extern "C" fn(*mut c_void),
+}
+
+// SAFETY: the state is only used through `RawRt::lib` by one `run` at a time (`run` borrows the
+// model mutably), from whichever thread; it holds no thread-affine resources.
+unsafe impl Send for Library {}
+// SAFETY: shared references give out only the pointer value.
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// Takes ownership of `ptr`, to be released with `free`.
+    ///
+    /// # Safety
+    /// `ptr` must come from the generated constructor that `free` belongs to.
+    pub unsafe fn new(ptr: *mut c_void, free: unsafe extern "C" fn(*mut c_void)) -> Self {
+        Library { ptr, free }
+    }
+
+    /// The pointer to hand to generated code in [`RawRt::lib`].
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: `new`'s contract: `free` releases `ptr`, exactly once.
+        unsafe { (self.free)(self.ptr) }
+    }
 }
 
 /// `c[i * ldc + j] = sum_p a[i * a_rs + p * a_cs] * b[p * b_rs + j * b_cs]` for `i < m, j < n`.
@@ -166,6 +205,7 @@ impl Executor {
                 parallel_for: serial_parallel_for,
                 sgemm,
                 threads: 1,
+                lib: core::ptr::null_mut(),
             },
             #[cfg(feature = "std")]
             Executor::Pool(p) => p.raw(),

@@ -18,7 +18,7 @@ mod arena;
 #[cfg(feature = "std")]
 mod pool;
 
-pub use abi::{serial_parallel_for, sgemm, Executor, RawRt, SgemmFn, Task, HAS_GEMM};
+pub use abi::{serial_parallel_for, sgemm, Executor, Library, RawRt, SgemmFn, Task, HAS_GEMM};
 pub use arena::{Aligned, Arena};
 #[cfg(feature = "std")]
 pub use pool::ThreadPool;

@@ -121,6 +121,7 @@ impl ThreadPool {
             parallel_for: pool_parallel_for,
             sgemm: crate::abi::sgemm,
             threads: self.threads() as i64,
+            lib: core::ptr::null_mut(),
         }
     }
 

@@ -59,6 +59,7 @@ typedef struct {
     void (*sgemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                   const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
     int64_t threads;
+    void *lib; /* the model instance's library state (oneDNN primitives), or NULL */
 } collage_rt;
 typedef struct {
     uint8_t *A;
@@ -422,6 +423,32 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         out.push_str("/* collage-link: dnnl */\n/* collage-link: gomp */\n");
         out.push_str(super::library::DNNL_PRELUDE);
     }
+    let sites = super::dnnl::sites(p);
+    let dnnl_calls: Vec<super::dnnl::DnnlCall> = sites
+        .iter()
+        .map(|&id| {
+            let st = p.stage(id).expect("a stage");
+            let Exec::Dnnl(prim) = &st.exec else {
+                unreachable!()
+            };
+            super::dnnl::dnnl_call(p, id, st, **prim).unwrap_or_else(|| {
+                panic!(
+                    "stage {} on dnnl does not read its primitive's operands (placement bug)",
+                    st.name
+                )
+            })
+        })
+        .collect();
+    if !sites.is_empty() {
+        out.push_str("/* collage-link: pthread */\n");
+        out.push_str(super::dnnl::PRELUDE);
+        super::dnnl::emit_table(&mut out, symbol, &dnnl_calls);
+    }
+    let dnnl = Dnnl {
+        symbol,
+        sites: &sites,
+        calls: &dnnl_calls,
+    };
     out.push_str("\n#ifdef CL_DISPATCH\n");
     for (suffix, target, _) in VARIANTS {
         writeln!(
@@ -429,12 +456,15 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
             "#pragma GCC push_options\n#pragma GCC target(\"{target}\")"
         )
         .unwrap();
-        emit_variant(&mut out, p, places, suffix);
+        emit_variant(&mut out, p, places, suffix, &dnnl);
         out.push_str("#pragma GCC pop_options\n");
     }
     out.push_str("#endif\n");
-    emit_variant(&mut out, p, places, "");
+    emit_variant(&mut out, p, places, "", &dnnl);
     writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
+    if !sites.is_empty() {
+        super::dnnl::emit_shared_entry(&mut out, symbol, sites.len());
+    }
     out.push_str("#ifdef CL_DISPATCH\n");
     for (suffix, _, cond) in VARIANTS {
         writeln!(
@@ -462,16 +492,39 @@ pub fn library_backends(p: &Program) -> Vec<&'static str> {
     v
 }
 
-fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str) {
+/// A stage's name and type for a C comment.
+fn stage_title(st: &Stage) -> String {
+    format!("{}: {}", st.name.replace("*/", "* /"), st.ty)
+}
+
+/// The oneDNN primitives of a program: the model symbol, the stages computed by primitives
+/// (site order) and their calls.
+struct Dnnl<'a> {
+    symbol: &'a str,
+    sites: &'a [u32],
+    calls: &'a [super::dnnl::DnnlCall],
+}
+
+fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, dnnl: &Dnnl) {
     let mut calls = String::new();
     for (i, b) in p.bufs.iter().enumerate() {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
         let id = i as u32;
-        let epilogue;
-        let st = match &st.exec {
-            Exec::Generated => st,
+        // A library call computes the stage; what remains of its finalize (the fused
+        // consumers) runs afterwards as an in-place loop.
+        let rest = match &st.exec {
+            Exec::Generated => None,
+            Exec::Dnnl(_) => {
+                let site = dnnl.sites.binary_search(&id).expect("a primitive site");
+                let call = &dnnl.calls[site];
+                let fname = format!("k{id}{suffix}_dnnl");
+                writeln!(out, "\n/* {} on a oneDNN primitive */", stage_title(st)).unwrap();
+                super::dnnl::emit_call(out, places, dnnl.symbol, site, id, call, &fname);
+                writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
+                Some(call.epilogue.clone())
+            }
             Exec::Gemm(backend) => {
                 let g = super::library::gemm_call(p, st).unwrap_or_else(|| {
                     panic!(
@@ -480,25 +533,23 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str) {
                     )
                 });
                 let fname = format!("k{id}{suffix}_lib");
-                writeln!(
-                    out,
-                    "\n/* {}: {} on {backend} */",
-                    st.name.replace("*/", "* /"),
-                    st.ty
-                )
-                .unwrap();
+                writeln!(out, "\n/* {} on {backend} */", stage_title(st)).unwrap();
                 let parallel = worth_parallel(p, st);
                 super::library::emit_gemm(out, places, id, &g, backend, &fname, parallel);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
-                // The fused epilogue runs in place over the product.
-                let Some(fin) = st
-                    .reduce
-                    .as_ref()
-                    .and_then(|r| r.finalize.clone())
-                    .filter(|f| *f != Expr::Acc)
-                else {
-                    continue;
-                };
+                Some(
+                    st.reduce
+                        .as_ref()
+                        .and_then(|r| r.finalize.clone())
+                        .filter(|f| *f != Expr::Acc),
+                )
+            }
+        };
+        let epilogue;
+        let st = match rest {
+            None => st,
+            Some(None) => continue,
+            Some(Some(fin)) => {
                 // The stage iterates its own shape; the buffer may have another (a fused view),
                 // so the element is addressed by its flat position.
                 let vars: Vec<Expr> = (0..st.ty.rank()).map(Expr::var).collect();

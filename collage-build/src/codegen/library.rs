@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use super::c::Place;
 use crate::ir::DType;
-use crate::te::{BinOp, Exec, Expr, Program, RedOp, Src, Stage};
+use crate::te::{BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// An index expression as `c + r * RVar(0) + sum(vars[k] * Var(k))`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -205,14 +205,6 @@ pub fn gemm_call(p: &Program, st: &Stage) -> Option<GemmCall> {
     })
 }
 
-/// Whether a stage on `exec` can be emitted: a library stage must be a recognised GEMM.
-pub fn supported(p: &Program, st: &Stage) -> bool {
-    match st.exec {
-        Exec::Generated => true,
-        Exec::Gemm(_) => gemm_call(p, st).is_some(),
-    }
-}
-
 /// The C helpers library stages use (appended to the prelude when a program has any).
 pub const PRELUDE: &str = r#"
 #ifndef CL_GEMM_PRELUDE
@@ -305,14 +297,13 @@ static inline void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a
 #endif
 "#;
 
-/// The oneDNN adapter (`dnnl_sgemm`, row-major, declared without the header; `dnnl_dim_t` is
-/// `int64_t`), compiled in when a program uses `dnnl`. oneDNN threads with OpenMP; every call here
-/// is one block of a parallel loop, so the calling thread's OpenMP team is set to one thread.
+/// The oneDNN adapter (`dnnl_sgemm`, row-major, from oneDNN's C API header), compiled in when a
+/// program uses `dnnl`. oneDNN threads with OpenMP; every call here is one block of a parallel
+/// loop, so the calling thread's OpenMP team is set to one thread.
 pub const DNNL_PRELUDE: &str = r#"
 #ifndef CL_DNNL_PRELUDE
 #define CL_DNNL_PRELUDE
-int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+#include <dnnl.h>
 void omp_set_num_threads(int) __attribute__((weak));
 static inline void cl_dnnl_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
                                  const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
@@ -332,6 +323,17 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
     let b_ok = (g.b.cs == 1 || n == 1) && (g.b.rs >= n || k == 1)
         || (g.b.rs == 1 || k == 1) && (g.b.cs >= k || n == 1);
     a_ok && b_ok
+}
+
+/// The C expression of buffer `b`'s first element as `const float *` (inside a kernel taking
+/// `collage_ctx *ctx`).
+pub fn buf_ptr(places: &[Place], b: u32) -> String {
+    match places[b as usize] {
+        Place::Input(i) => format!("(const float *)ctx->I[{i}]"),
+        Place::Weight(o) => format!("(const float *)(ctx->W + {o})"),
+        Place::Arena(o) => format!("(const float *)(ctx->A + {o})"),
+        Place::None => panic!("a library call reads dead buffer {b}"),
+    }
 }
 
 /// Emits `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing stage `id` (a
@@ -358,14 +360,7 @@ pub fn emit_gemm(
         "static void {fname}(const collage_rt *rt, collage_ctx *ctx) {{"
     )
     .unwrap();
-    let ptr = |b: u32| -> String {
-        match places[b as usize] {
-            Place::Input(i) => format!("(const float *)ctx->I[{i}]"),
-            Place::Weight(o) => format!("(const float *)(ctx->W + {o})"),
-            Place::Arena(o) => format!("(const float *)(ctx->A + {o})"),
-            Place::None => panic!("GEMM stage {id} reads dead buffer {b}"),
-        }
-    };
+    let ptr = |b: u32| buf_ptr(places, b);
     let Place::Arena(co) = places[id as usize] else {
         panic!("GEMM stage {id} is not in the arena")
     };
@@ -416,7 +411,7 @@ pub fn emit_gemm(
 mod tests {
     use super::*;
     use crate::ir::TensorType;
-    use crate::te::{BufKind, Reduce};
+    use crate::te::{BufKind, Exec, Reduce};
 
     fn mm(p: &mut Program, a_shape: Vec<usize>, b_shape: Vec<usize>, body: Expr) -> Stage {
         let a = p.push("a", TensorType::new(DType::F32, a_shape), BufKind::Input(0));

@@ -1,6 +1,7 @@
 //! Code generation: lowering the graph to a [`Program`], fusion, arena planning, C kernels and the
 //! Rust glue.
 pub mod c;
+pub mod dnnl;
 pub mod library;
 pub mod rust;
 mod window;
@@ -111,8 +112,17 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
             outputs: &outputs,
             stages: vec![],
             name: node.name.clone(),
+            direct: false,
         };
+        // On `dnnl`, an operator with a oneDNN primitive is lowered to its direct form: one
+        // reduction stage that the primitive computes.
+        let prim = match backend {
+            Some("dnnl") => node.op.dnnl_prim(&cx),
+            _ => None,
+        };
+        cx.direct = prim.is_some();
         let srcs = node.op.lower(&mut cx).map_err(err)?;
+        let prim = prim.filter(|_| cx.stages.len() == 1 && cx.stages[0].reduce.is_some());
         let arg_bufs: Vec<Option<BufId>> = node
             .inputs
             .iter()
@@ -140,7 +150,9 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
                 part,
                 ..st
             };
-            if st.reduce.is_some() {
+            if let Some(prim) = prim {
+                st.exec = te::Exec::Dnnl(Box::new(prim));
+            } else if st.reduce.is_some() {
                 st.exec = exec_for(&p, &st, backend);
             }
             let b = p.push(st.name.clone(), st.ty.clone(), BufKind::Stage(st));

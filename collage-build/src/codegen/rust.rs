@@ -83,11 +83,52 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
         io_doc(&c.outputs),
         c.arena_size
     );
+    // oneDNN primitives live in a per-instance state created with the model (`codegen::dnnl`).
+    let has_lib = !super::dnnl::sites(&c.program).is_empty();
+    let lib_new = format_ident!("collage_{}_lib_new", c.symbol);
+    let lib_free = format_ident!("collage_{}_lib_free", c.symbol);
+    let (lib_field, lib_decl, lib_init, lib_set) = if has_lib {
+        (
+            quote!(lib: ::collage::runtime::Library,),
+            quote! {
+                fn #lib_new(rt: *const ::collage::runtime::RawRt) -> *mut ::core::ffi::c_void;
+                fn #lib_free(lib: *mut ::core::ffi::c_void);
+            },
+            quote! {
+                // SAFETY: the constructor and destructor were generated together for this model.
+                lib: unsafe { ::collage::runtime::Library::new(#lib_new(&exec.raw()), #lib_free) },
+            },
+            quote! {
+                let mut rt = self.exec.raw();
+                rt.lib = self.lib.as_ptr();
+            },
+        )
+    } else {
+        (
+            quote!(),
+            quote!(),
+            quote!(),
+            quote!(let rt = self.exec.raw();),
+        )
+    };
+    let run_in_doc: &[&str] = if has_lib {
+        &[
+            " Runs the model serially in a caller-provided arena. This model uses oneDNN primitives:",
+            " without an instance they are shared by the process, created by the first call and used",
+            " under a lock; `run` on an instance from `new` creates nothing.",
+        ]
+    } else {
+        &[
+            " Runs the model serially in a caller-provided arena (no allocation at all, e.g. a",
+            " `static` buffer on an embedded target).",
+        ]
+    };
     let tokens = quote! {
         #[doc = #doc]
         pub struct Model {
             arena: ::collage::runtime::Arena,
             exec: ::collage::runtime::Executor,
+            #lib_field
         }
 
         /// The activation arena of [`Model`] as a fixed-size buffer, for [`Model::run_in`].
@@ -98,6 +139,7 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
 
         extern "C" {
             fn #run_sym(rt: *const ::collage::runtime::RawRt, arena: *mut u8, weights: *const u8, inputs: *const *const u8);
+            #lib_decl
         }
 
         impl Model {
@@ -111,19 +153,19 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
 
             /// A model instance whose loops run on `threads` threads (the caller included).
             pub fn with_threads(threads: usize) -> Self {
-                Model { arena: ::collage::runtime::Arena::new(Self::ARENA_SIZE), exec: ::collage::runtime::Executor::with_threads(threads) }
+                let exec = ::collage::runtime::Executor::with_threads(threads);
+                Model { arena: ::collage::runtime::Arena::new(Self::ARENA_SIZE), #lib_init exec }
             }
 
             /// Runs the model. The outputs borrow the model until the next call.
             pub fn run(&mut self, #(#names: &#in_tys),*) -> #ret_ty {
-                let rt = self.exec.raw();
+                #lib_set
                 let arena = self.arena.as_mut_ptr();
                 // SAFETY: the arena holds ARENA_SIZE bytes and the inputs have the compiled types.
                 unsafe { Self::run_raw(&rt, arena, #(#names),*) }
             }
 
-            /// Runs the model serially in a caller-provided arena (no allocation at all, e.g. a
-            /// `static` buffer on an embedded target).
+            #(#[doc = #run_in_doc])*
             pub fn run_in<'a>(arena: &'a mut ArenaBuf, #(#names: &#in_tys),*) -> #ret_ty_a {
                 let rt = ::collage::runtime::Executor::Serial.raw();
                 // SAFETY: `arena` holds ARENA_SIZE bytes and the inputs have the compiled types.

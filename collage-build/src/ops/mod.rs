@@ -109,6 +109,9 @@ pub struct LowerCx<'a> {
     pub stages: Vec<Stage>,
     /// A prefix for stage names.
     pub name: String,
+    /// Lower to the operator's direct form (one stage, no im2col): the node runs as a library
+    /// primitive ([`Operator::dnnl_prim`]) and the stage only names its operands.
+    pub direct: bool,
 }
 
 impl LowerCx<'_> {
@@ -225,6 +228,12 @@ pub trait Operator: AsAny + fmt::Debug + Send + Sync + 'static {
 
     /// Lowers to stages; returns the source of each output (a stage, or an input passed through).
     fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>>;
+
+    /// The oneDNN primitive that computes this node whole (lowered with [`LowerCx::direct`] to
+    /// one reduction stage), if it has one for these types.
+    fn dnnl_prim(&self, _cx: &LowerCx) -> Option<crate::te::DnnlPrim> {
+        None
+    }
 }
 
 /// What a constructor sees of the node being imported.

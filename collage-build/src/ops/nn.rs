@@ -7,7 +7,7 @@ use super::{
 };
 use crate::error::OpError;
 use crate::ir::{DType, TensorType};
-use crate::te::{Expr, RedOp, Src};
+use crate::te::{DnnlKind, DnnlPrim, Expr, RedOp, Src};
 
 // ---------------------------------------------------------------------------------------------
 // Sliding windows (Conv, ConvTranspose, pools)
@@ -247,6 +247,66 @@ fn weighted_sum(
     cx.reduce(out, RedOp::Sum, extents, body, fin)
 }
 
+impl Geom {
+    /// The oneDNN form of a 2-D window over `x` (NCHW, f32) with `oc` output channels, or
+    /// `None` when oneDNN's geometry cannot express it: the end padding is re-derived so that
+    /// oneDNN's output-size formula gives ONNX's output size (ceil mode), and windows lying
+    /// wholly in the padding are refused (ONNX and oneDNN disagree on them).
+    fn dnnl(&self, kind: DnnlKind, x: &TensorType, oc: usize, groups: usize) -> Option<DnnlPrim> {
+        if x.rank() != 4 || x.dtype != DType::F32 || self.input.len() != 2 {
+            return None;
+        }
+        let mut end = [0i64; 2];
+        for (j, end_j) in end.iter_mut().enumerate() {
+            let (i, o, s, p0) = (
+                self.input[j] as i64,
+                self.out[j] as i64,
+                self.strides[j],
+                self.pb[j],
+            );
+            let ext = (self.kernel[j] as i64 - 1) * self.dil[j] + 1;
+            let fits = |p1: i64| i + p0 + p1 >= ext && (i + p0 + p1 - ext) / s + 1 == o;
+            let needed = (o - 1) * s + ext - i - p0;
+            *end_j = if fits(self.pe[j]) {
+                self.pe[j]
+            } else if needed >= 0 && fits(needed) {
+                needed
+            } else {
+                return None;
+            };
+            // The first window must reach the input, and the last must start inside it.
+            if ext <= p0 || (o - 1) * s - p0 >= i {
+                return None;
+            }
+            if kind == DnnlKind::AvgPoolIncludePad && *end_j != self.pe[j] {
+                return None;
+            }
+        }
+        let d = |v: usize| v as i64;
+        Some(DnnlPrim {
+            kind,
+            n: d(x.shape[0]),
+            ic: d(x.shape[1]),
+            ih: d(self.input[0]),
+            iw: d(self.input[1]),
+            oc: d(oc),
+            oh: d(self.out[0]),
+            ow: d(self.out[1]),
+            kh: d(self.kernel[0]),
+            kw: d(self.kernel[1]),
+            sh: self.strides[0],
+            sw: self.strides[1],
+            dh: self.dil[0],
+            dw: self.dil[1],
+            pt: self.pb[0],
+            pl: self.pb[1],
+            pb: end[0],
+            pr: end[1],
+            groups: d(groups),
+        })
+    }
+}
+
 fn guard(cond: Option<Expr>, value: Expr, other: Expr) -> Expr {
     match cond {
         None => value,
@@ -451,8 +511,10 @@ impl Operator for Conv {
         let (x, w) = (cx.input(0).clone(), cx.input(1).clone());
         let geo = self.geom(&x, &w)?;
         let out = cx.output(0).clone();
-        if let Some(srcs) = self.lower_as_gemm(cx, &x, &w, &geo, &out) {
-            return Ok(srcs);
+        if !cx.direct {
+            if let Some(srcs) = self.lower_as_gemm(cx, &x, &w, &geo, &out) {
+                return Ok(srcs);
+            }
         }
         let cg = w.shape[1];
         let mg = w.shape[0] / self.group;
@@ -470,6 +532,12 @@ impl Operator for Conv {
         let mut wi = vec![Expr::var(1), Expr::rvar(0)];
         wi.extend((0..geo.kernel.len()).map(|j| Expr::rvar(1 + j)));
         Ok(vec![weighted_sum(cx, out, xi, wi, cond, cg, &geo.kernel)])
+    }
+
+    fn dnnl_prim(&self, cx: &LowerCx) -> Option<DnnlPrim> {
+        let (x, w) = (cx.input(0), cx.input(1));
+        let geo = self.geom(x, w).ok()?;
+        geo.dnnl(DnnlKind::Conv, x, w.shape[0], self.group)
     }
 }
 
@@ -743,6 +811,16 @@ impl Operator for MaxPool {
         let idx = cx.reduce(ity, RedOp::Min, geo.kernel.clone(), body, Some(fin));
         Ok(vec![y, idx])
     }
+
+    fn dnnl_prim(&self, cx: &LowerCx) -> Option<DnnlPrim> {
+        if self.indices {
+            return None;
+        }
+        let x = cx.input(0);
+        pool_geom(cx, &self.win)
+            .ok()?
+            .dnnl(DnnlKind::MaxPool, x, x.shape[1], 1)
+    }
 }
 
 /// The number of window points `k` in `[0, kernel)` with `lo <= st + k * d < hi`, where `st` is the
@@ -806,6 +884,16 @@ impl Operator for AveragePool {
             body,
             Some(fin),
         )])
+    }
+
+    fn dnnl_prim(&self, cx: &LowerCx) -> Option<DnnlPrim> {
+        let kind = if self.count_include_pad {
+            DnnlKind::AvgPoolIncludePad
+        } else {
+            DnnlKind::AvgPoolExcludePad
+        };
+        let x = cx.input(0);
+        pool_geom(cx, &self.win).ok()?.dnnl(kind, x, x.shape[1], 1)
     }
 }
 

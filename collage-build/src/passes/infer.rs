@@ -65,6 +65,7 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
                     outputs: &outs,
                     stages: vec![],
                     name: node.name.clone(),
+                    direct: false,
                 };
                 let srcs = node.op.lower(&mut lcx).map_err(err)?;
                 let args: Vec<Option<&Tensor>> = consts.iter().map(|c| c.as_deref()).collect();

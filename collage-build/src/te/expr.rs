@@ -281,6 +281,11 @@ pub enum Exec {
     /// A contraction computed by a GEMM library (`gemm`, `blas`): the body is `A * B` over affine
     /// operands; the finalize expression runs afterwards as an in-place loop.
     Gemm(&'static str),
+    /// A whole operator computed by a oneDNN primitive (`dnnl` backend). The body keeps the
+    /// operator's direct lowering (which names the operands); a convolution's finalize (bias and
+    /// the fused elementwise consumers) becomes the primitive's bias and post-ops where it has
+    /// their form, else an in-place loop after the call.
+    Dnnl(Box<DnnlPrim>),
 }
 
 impl Exec {
@@ -289,8 +294,66 @@ impl Exec {
         match self {
             Exec::Generated => "c",
             Exec::Gemm(b) => b,
+            Exec::Dnnl(_) => "dnnl",
         }
     }
+}
+
+/// A oneDNN primitive over a 2-D window (NCHW activations), with ONNX's geometry: dilations
+/// count from 1, pads at the start (`pt`, `pl`) and end (`pb`, `pr`) of each spatial axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DnnlPrim {
+    /// What the primitive computes.
+    pub kind: DnnlKind,
+    /// Batch.
+    pub n: i64,
+    /// Input channels.
+    pub ic: i64,
+    /// Input height.
+    pub ih: i64,
+    /// Input width.
+    pub iw: i64,
+    /// Output channels (= `ic` for pooling).
+    pub oc: i64,
+    /// Output height.
+    pub oh: i64,
+    /// Output width.
+    pub ow: i64,
+    /// Window height.
+    pub kh: i64,
+    /// Window width.
+    pub kw: i64,
+    /// Vertical stride.
+    pub sh: i64,
+    /// Horizontal stride.
+    pub sw: i64,
+    /// Vertical dilation (1 = dense).
+    pub dh: i64,
+    /// Horizontal dilation (1 = dense).
+    pub dw: i64,
+    /// Padding at the top.
+    pub pt: i64,
+    /// Padding at the left.
+    pub pl: i64,
+    /// Padding at the bottom.
+    pub pb: i64,
+    /// Padding at the right.
+    pub pr: i64,
+    /// Convolution groups (1 for pooling).
+    pub groups: i64,
+}
+
+/// The primitive of a [`DnnlPrim`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DnnlKind {
+    /// Convolution (weights `[oc, ic / groups, kh, kw]`, optional bias `[oc]`).
+    Conv,
+    /// Max pooling.
+    MaxPool,
+    /// Average pooling over the window points inside the input.
+    AvgPoolExcludePad,
+    /// Average pooling over the whole window, padding included.
+    AvgPoolIncludePad,
 }
 
 impl Stage {

@@ -131,7 +131,10 @@ fn fuse_epilogues(p: &mut Program) {
                 unreachable!()
             };
             let kbuf = &p.bufs[k as usize];
+            // A pooling primitive computes its own finalize and nothing else.
+            let pooling = matches!(&pst.exec, Exec::Dnnl(d) if d.kind != super::DnnlKind::Conv);
             if readers[k as usize] != [c as u32]
+                || pooling
                 || pst.part != cst.part
                 || p.outputs.contains(&k)
                 || kbuf.packed

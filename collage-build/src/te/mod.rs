@@ -10,7 +10,9 @@ mod interp;
 mod program;
 mod simplify;
 
-pub use expr::{bcast_index, BinOp, Exec, Expr, RedOp, Reduce, Scalar, Src, Stage, UnOp};
+pub use expr::{
+    bcast_index, BinOp, DnnlKind, DnnlPrim, Exec, Expr, RedOp, Reduce, Scalar, Src, Stage, UnOp,
+};
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
 pub use program::{BufId, BufKind, Buffer, Program, PANEL};

@@ -79,7 +79,7 @@ pub const FORMAT_VERSION: u32 = 1;
 
 /// Version of the measurement procedure. Part of every [`TargetFingerprint`], so entries measured
 /// by an older tuner stop matching once it changes.
-pub const TUNER_VERSION: u32 = 3;
+pub const TUNER_VERSION: u32 = 4;
 
 /// The command that (re)generates the cache at `cache`, as the header, errors and warnings name it.
 pub fn tune_command(cache: &Path) -> String {

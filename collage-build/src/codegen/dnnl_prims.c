@@ -1,0 +1,266 @@
+
+#ifndef CL_DNNL_PRIMS
+#define CL_DNNL_PRIMS
+/* oneDNN primitives (`dnnl` backend, oneDNN 2.x C API): convolution with bias and sum / ReLU
+ * post-ops, max and average pooling, over the model's plain NCHW activations and (G)OIHW
+ * weights. A convolution runs in the layouts oneDNN prefers (blocked, for its direct JIT
+ * kernels), converting its input and output on every call and its weights once.
+ *
+ * Every primitive of a model is created up front in a `cl_dnnl_lib` (one per model instance,
+ * built by `collage_<model>_lib_new`, or a process-wide one behind a mutex for callers without
+ * an instance); `run` only binds pointers and executes, in the model's order, on the
+ * instance's stream. oneDNN runs its own OpenMP threads: the count is the runtime's, set before
+ * creation and before every execution (GEMM library calls set the calling thread's to 1).
+ *
+ * A oneDNN error prints one line naming the model's site and aborts: the compiler only places
+ * geometries oneDNN accepts, so a failure here is a compiler bug, not a user error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <dnnl.h>
+
+void omp_set_num_threads(int) __attribute__((weak));
+
+enum { CL_DNNL_CONV = 0, CL_DNNL_MAXPOOL = 1, CL_DNNL_AVGPOOL_EXCLUDE = 2, CL_DNNL_AVGPOOL_INCLUDE = 3 };
+
+/* One primitive: its kind, ONNX geometry (dilations from 1) and the post-ops it fuses. */
+typedef struct {
+    int kind;
+    int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, groups;
+    int bias, post_sum, post_relu;
+} cl_dnnl_desc;
+
+/* A primitive and its memories. User memories (plain layouts; their handles are set on every
+ * call): mem[0..nmem) with execution arguments args[]. A convolution chooses its own (blocked)
+ * layouts: `blk[i]` is the primitive's src / weights / dst memory, allocated with it, when that
+ * layout differs from the plain one, and `reorder[i]` converts (src, weights: plain to blocked;
+ * dst: blocked to plain; `res_in`: a residual, plain, into the blocked dst for the sum post-op).
+ * Weights are converted once, on the first call, and again only if their address changes. */
+typedef struct {
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem[4];
+    int args[4];
+    int nmem;
+    dnnl_memory_t blk[3];
+    dnnl_primitive_t reorder[3];
+    dnnl_primitive_t res_in;
+    const void *wei_from;
+    int64_t dst_bytes;
+    dnnl_memory_t scratch; /* the primitive's scratchpad, allocated with it */
+} cl_dnnl_site;
+
+typedef struct {
+    int64_t threads;
+    dnnl_stream_t stream;
+    int nsites;
+    cl_dnnl_site *sites;
+} cl_dnnl_lib;
+
+static dnnl_engine_t cl_dnnl_engine_;
+static pthread_once_t cl_dnnl_engine_once_ = PTHREAD_ONCE_INIT;
+
+static inline void cl_dnnl_check_(dnnl_status_t st, int site, const char *fn) {
+    if (st != dnnl_success) {
+        fprintf(stderr, "collage dnnl: primitive %d: %s failed (status %d)\n", site, fn, (int)st);
+        fflush(stderr);
+        abort();
+    }
+}
+#define CL_DNNL_TRY(site, fn, args) cl_dnnl_check_(fn args, (site), #fn)
+
+static inline void cl_dnnl_engine_init_(void) {
+    CL_DNNL_TRY(-1, dnnl_engine_create, (&cl_dnnl_engine_, dnnl_cpu, 0));
+}
+
+static inline void cl_dnnl_threads_(int64_t threads) {
+    if (omp_set_num_threads && threads > 0) omp_set_num_threads((int)threads);
+}
+
+static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *d) {
+    dnnl_memory_desc_t md[4];
+    dnnl_dims_t src = {d->n, d->ic, d->ih, d->iw}, dst = {d->n, d->oc, d->oh, d->ow};
+    dnnl_dims_t strides = {d->sh, d->sw}, dil = {d->dh - 1, d->dw - 1};
+    dnnl_dims_t pad_l = {d->pt, d->pl}, pad_r = {d->pb, d->pr};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int i;
+    CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[0], 4, src, dnnl_f32, dnnl_nchw));
+    CL_DNNL_TRY(site, dnnl_primitive_attr_create, (&attr));
+    /* The scratchpad is allocated here, with the primitive, not by oneDNN while it runs. */
+    CL_DNNL_TRY(site, dnnl_primitive_attr_set_scratchpad_mode, (attr, dnnl_scratchpad_mode_user));
+    if (d->kind == CL_DNNL_CONV) {
+        dnnl_convolution_desc_t cd;
+        dnnl_dims_t bias = {d->oc};
+        if (d->groups > 1) {
+            dnnl_dims_t w = {d->groups, d->oc / d->groups, d->ic / d->groups, d->kh, d->kw};
+            CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[1], 5, w, dnnl_f32, dnnl_goihw));
+        } else {
+            dnnl_dims_t w = {d->oc, d->ic, d->kh, d->kw};
+            CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[1], 4, w, dnnl_f32, dnnl_oihw));
+        }
+        CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[2], 4, dst, dnnl_f32, dnnl_nchw));
+        CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[3], 1, bias, dnnl_f32, dnnl_a));
+        dnnl_memory_desc_t any[3];
+        for (i = 0; i < 3; i++)
+            CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag,
+                        (&any[i], md[i].ndims, md[i].dims, dnnl_f32, dnnl_format_tag_any));
+        CL_DNNL_TRY(site, dnnl_dilated_convolution_forward_desc_init,
+                    (&cd, dnnl_forward_inference, dnnl_convolution_direct, &any[0], &any[1],
+                     d->bias ? &md[3] : NULL, &any[2], strides, dil, pad_l, pad_r));
+        if (d->post_sum || d->post_relu) {
+            CL_DNNL_TRY(site, dnnl_post_ops_create, (&ops));
+            if (d->post_sum) CL_DNNL_TRY(site, dnnl_post_ops_append_sum, (ops, 1.0f));
+            if (d->post_relu)
+                CL_DNNL_TRY(site, dnnl_post_ops_append_eltwise,
+                            (ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+            CL_DNNL_TRY(site, dnnl_primitive_attr_set_post_ops, (attr, ops));
+        }
+        CL_DNNL_TRY(site, dnnl_primitive_desc_create, (&pd, &cd, attr, cl_dnnl_engine_, NULL));
+        s->args[0] = DNNL_ARG_SRC;
+        s->args[1] = DNNL_ARG_WEIGHTS;
+        s->args[2] = DNNL_ARG_DST;
+        s->args[3] = DNNL_ARG_BIAS;
+        s->nmem = d->bias ? 4 : 3;
+        s->dst_bytes = d->n * d->oc * d->oh * d->ow * (int64_t)sizeof(float);
+        {
+            static const dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md,
+                                              dnnl_query_dst_md};
+            for (i = 0; i < 3; i++) {
+                const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[i], 0);
+                dnnl_primitive_desc_t rpd;
+                if (dnnl_memory_desc_equal(want, &md[i])) continue;
+                CL_DNNL_TRY(site, dnnl_memory_create,
+                            (&s->blk[i], want, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+                if (i < 2)
+                    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                                (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
+                else
+                    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                                (&rpd, want, cl_dnnl_engine_, &md[i], cl_dnnl_engine_, NULL));
+                CL_DNNL_TRY(site, dnnl_primitive_create, (&s->reorder[i], rpd));
+                CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
+                if (i == 2 && d->post_sum) {
+                    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                                (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
+                    CL_DNNL_TRY(site, dnnl_primitive_create, (&s->res_in, rpd));
+                    CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
+                }
+            }
+        }
+    } else {
+        dnnl_pooling_v2_desc_t pdesc;
+        dnnl_dims_t kernel = {d->kh, d->kw};
+        dnnl_alg_kind_t alg = d->kind == CL_DNNL_MAXPOOL           ? dnnl_pooling_max
+                              : d->kind == CL_DNNL_AVGPOOL_EXCLUDE ? dnnl_pooling_avg_exclude_padding
+                                                                   : dnnl_pooling_avg_include_padding;
+        CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[1], 4, dst, dnnl_f32, dnnl_nchw));
+        CL_DNNL_TRY(site, dnnl_pooling_v2_forward_desc_init,
+                    (&pdesc, dnnl_forward_inference, alg, &md[0], &md[1], strides, kernel, dil,
+                     pad_l, pad_r));
+        CL_DNNL_TRY(site, dnnl_primitive_desc_create, (&pd, &pdesc, attr, cl_dnnl_engine_, NULL));
+        s->args[0] = DNNL_ARG_SRC;
+        s->args[1] = DNNL_ARG_DST;
+        s->nmem = 2;
+    }
+    CL_DNNL_TRY(site, dnnl_primitive_create, (&s->prim, pd));
+    CL_DNNL_TRY(site, dnnl_memory_create,
+                (&s->scratch, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
+                 cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+    for (i = 0; i < s->nmem; i++)
+        CL_DNNL_TRY(site, dnnl_memory_create,
+                    (&s->mem[i], &md[i], cl_dnnl_engine_, DNNL_MEMORY_NONE));
+    CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (pd));
+    if (ops != NULL) CL_DNNL_TRY(site, dnnl_post_ops_destroy, (ops));
+    CL_DNNL_TRY(site, dnnl_primitive_attr_destroy, (attr));
+}
+
+/* Destroys what `cl_dnnl_lib_build` created (a zeroed library is left as it is). */
+static inline void cl_dnnl_lib_clear(cl_dnnl_lib *L) {
+    int i, j;
+    if (L->sites == NULL) return;
+    for (i = 0; i < L->nsites; i++) {
+        cl_dnnl_site *s = &L->sites[i];
+        for (j = 0; j < s->nmem; j++)
+            if (s->mem[j] != NULL) dnnl_memory_destroy(s->mem[j]);
+        for (j = 0; j < 3; j++) {
+            if (s->reorder[j] != NULL) dnnl_primitive_destroy(s->reorder[j]);
+            if (s->blk[j] != NULL) dnnl_memory_destroy(s->blk[j]);
+        }
+        if (s->res_in != NULL) dnnl_primitive_destroy(s->res_in);
+        if (s->scratch != NULL) dnnl_memory_destroy(s->scratch);
+        if (s->prim != NULL) dnnl_primitive_destroy(s->prim);
+        memset(s, 0, sizeof *s);
+    }
+    if (L->stream != NULL) dnnl_stream_destroy(L->stream);
+    L->stream = NULL;
+    L->sites = NULL;
+}
+
+/* Creates the stream and every primitive of `d[0..n]` into `sites` for `threads` threads. */
+static inline void cl_dnnl_lib_build(cl_dnnl_lib *L, const cl_dnnl_desc *d, int n, cl_dnnl_site *sites,
+                              int64_t threads) {
+    int i;
+    pthread_once(&cl_dnnl_engine_once_, cl_dnnl_engine_init_);
+    cl_dnnl_threads_(threads);
+    L->threads = threads;
+    L->nsites = n;
+    L->sites = sites;
+    CL_DNNL_TRY(-1, dnnl_stream_create, (&L->stream, cl_dnnl_engine_, dnnl_stream_default_flags));
+    for (i = 0; i < n; i++) cl_dnnl_make_(&sites[i], i, &d[i]);
+}
+
+static inline void cl_dnnl_reorder_(const cl_dnnl_lib *L, int site, dnnl_primitive_t r,
+                             dnnl_memory_t from, dnnl_memory_t to) {
+    dnnl_exec_arg_t ea[2];
+    ea[0].arg = DNNL_ARG_FROM;
+    ea[0].memory = from;
+    ea[1].arg = DNNL_ARG_TO;
+    ea[1].memory = to;
+    CL_DNNL_TRY(site, dnnl_primitive_execute, (r, L->stream, 2, ea));
+}
+
+/* Runs primitive `site` on (src, weights, dst, bias) (pooling: src, dst) and waits. For the sum
+ * post-op, `res` is the residual, which the result is added to. */
+static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const void *a1, const void *a2,
+                         const void *a3, const void *res) {
+    cl_dnnl_site *s = &L->sites[site];
+    const void *ptr[4] = {a0, a1, a2, a3};
+    dnnl_exec_arg_t ea[5];
+    int i;
+    cl_dnnl_threads_(L->threads);
+    for (i = 0; i < s->nmem; i++) {
+        CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[i], (void *)ptr[i]));
+        ea[i].arg = s->args[i];
+        ea[i].memory = s->mem[i];
+    }
+    if (s->reorder[0] != NULL) {
+        cl_dnnl_reorder_(L, site, s->reorder[0], s->mem[0], s->blk[0]);
+        ea[0].memory = s->blk[0];
+    }
+    if (s->reorder[1] != NULL) {
+        if (s->wei_from != a1) {
+            cl_dnnl_reorder_(L, site, s->reorder[1], s->mem[1], s->blk[1]);
+            s->wei_from = a1;
+        }
+        ea[1].memory = s->blk[1];
+    }
+    if (res != NULL) {
+        if (s->res_in != NULL) {
+            CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[2], (void *)res));
+            cl_dnnl_reorder_(L, site, s->res_in, s->mem[2], s->blk[2]);
+            CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[2], (void *)a2));
+        } else if (res != a2) {
+            memcpy((void *)a2, res, (size_t)s->dst_bytes);
+        }
+    }
+    if (s->reorder[2] != NULL) ea[2].memory = s->blk[2];
+    ea[s->nmem].arg = DNNL_ARG_SCRATCHPAD;
+    ea[s->nmem].memory = s->scratch;
+    CL_DNNL_TRY(site, dnnl_primitive_execute, (s->prim, L->stream, s->nmem + 1, ea));
+    if (s->reorder[2] != NULL) cl_dnnl_reorder_(L, site, s->reorder[2], s->blk[2], s->mem[2]);
+    CL_DNNL_TRY(site, dnnl_stream_wait, (L->stream));
+}
+#undef CL_DNNL_TRY
+#endif
