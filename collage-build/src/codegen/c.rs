@@ -442,7 +442,8 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     if !sites.is_empty() {
         out.push_str("/* collage-link: pthread */\n");
         out.push_str(super::dnnl::PRELUDE);
-        super::dnnl::emit_table(&mut out, symbol, &dnnl_calls);
+        let links = super::dnnl::links(p, &sites, &dnnl_calls);
+        super::dnnl::emit_table(&mut out, symbol, &dnnl_calls, &links);
     }
     let dnnl = Dnnl {
         symbol,

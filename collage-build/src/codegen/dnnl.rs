@@ -197,6 +197,70 @@ pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<Dnn
     Some(call)
 }
 
+/// How the primitives of a program hand tensors to each other, per site: the site producing its
+/// input (`src_from`) and its residual (`res_from`), and whether its own output may stay in
+/// oneDNN's layout (`blockable`): it is a convolution without an in-place epilogue, not a model
+/// output, and every reader is a convolution site reading it only as input or residual. Whether
+/// the layouts really match is known when the primitives are created; the C side then skips the
+/// reorders of the edges that match (`cl_dnnl_lib_build`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// The site whose output is this site's input, or -1.
+    pub src_from: i64,
+    /// The site whose output is this site's residual, or -1.
+    pub res_from: i64,
+    /// The output may be left in oneDNN's layout for its readers.
+    pub blockable: bool,
+}
+
+/// The [`Link`] of every site (`sites[i]` computed by `calls[i]`).
+pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
+    let site_of = |b: u32| sites.binary_search(&b).ok();
+    // A producer whose output is the primitive's own result (no loop after it changes it).
+    let producer = |b: Option<u32>| -> i64 {
+        b.and_then(site_of)
+            .filter(|&k| calls[k].prim.kind == DnnlKind::Conv && calls[k].epilogue.is_none())
+            .map_or(-1, |k| k as i64)
+    };
+    let readers = p.readers();
+    let mut out: Vec<Link> = calls
+        .iter()
+        .map(|c| Link {
+            src_from: if c.prim.kind == DnnlKind::Conv {
+                producer(Some(c.src))
+            } else {
+                -1
+            },
+            res_from: producer(c.residual),
+            blockable: false,
+        })
+        .collect();
+    for (k, &b) in sites.iter().enumerate() {
+        let c = &calls[k];
+        if c.prim.kind != DnnlKind::Conv || c.epilogue.is_some() || p.outputs.contains(&b) {
+            continue;
+        }
+        let only_linked = readers[b as usize].iter().all(|&r| {
+            let Some(j) = site_of(r) else {
+                return false;
+            };
+            let rc = &calls[j];
+            let linked = (out[j].src_from == k as i64 && rc.src == b)
+                || (out[j].res_from == k as i64 && rc.residual == Some(b));
+            let other = rc.wei == Some(b)
+                || rc.bias == Some(b)
+                || (rc.src == b && out[j].src_from != k as i64)
+                || rc
+                    .epilogue
+                    .as_ref()
+                    .is_some_and(|e| e.sources().contains(&Src::Buf(b)));
+            linked && !other
+        });
+        out[k].blockable = only_linked && !readers[b as usize].is_empty();
+    }
+    out
+}
+
 fn kind_name(k: DnnlKind) -> &'static str {
     match k {
         DnnlKind::Conv => "CL_DNNL_CONV",
@@ -209,7 +273,7 @@ fn kind_name(k: DnnlKind) -> &'static str {
 /// The per-model part: the primitive table, the constructor and destructor the Rust glue calls
 /// (`collage_<symbol>_lib_new` / `_lib_free`), and the process-wide state for callers without an
 /// instance. `calls` are the program's primitive calls in site order.
-pub fn emit_table(out: &mut String, symbol: &str, calls: &[DnnlCall]) {
+pub fn emit_table(out: &mut String, symbol: &str, calls: &[DnnlCall], links: &[Link]) {
     let n = calls.len();
     writeln!(
         out,
@@ -217,17 +281,20 @@ pub fn emit_table(out: &mut String, symbol: &str, calls: &[DnnlCall]) {
     )
     .unwrap();
     writeln!(out, "static const cl_dnnl_desc cl_{symbol}_descs[{n}] = {{").unwrap();
-    for c in calls {
+    for (c, l) in calls.iter().zip(links) {
         let d = &c.prim;
         writeln!(
             out,
-            "    {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}},",
+            "    {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}},",
             kind_name(d.kind),
             d.n, d.ic, d.ih, d.iw, d.oc, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.dh, d.dw,
             d.pt, d.pl, d.pb, d.pr, d.groups,
             i32::from(c.bias.is_some()),
             i32::from(c.residual.is_some()),
             i32::from(c.relu),
+            l.src_from,
+            l.res_from,
+            i32::from(l.blockable),
         )
         .unwrap();
     }

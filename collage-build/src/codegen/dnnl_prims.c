@@ -29,15 +29,19 @@ typedef struct {
     int kind;
     int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, groups;
     int bias, post_sum, post_relu;
+    /* The sites producing this one's input and residual (-1: none), and whether this one's
+     * output may stay in the convolution's layout for its readers (all of them sites). */
+    int src_from, res_from, blockable;
 } cl_dnnl_desc;
 
+struct cl_dnnl_site_;
 /* A primitive and its memories. User memories (plain layouts; their handles are set on every
  * call): mem[0..nmem) with execution arguments args[]. A convolution chooses its own (blocked)
  * layouts: `blk[i]` is the primitive's src / weights / dst memory, allocated with it, when that
  * layout differs from the plain one, and `reorder[i]` converts (src, weights: plain to blocked;
  * dst: blocked to plain; `res_in`: a residual, plain, into the blocked dst for the sum post-op).
  * Weights are converted once, on the first call, and again only if their address changes. */
-typedef struct {
+typedef struct cl_dnnl_site_ {
     dnnl_primitive_t prim;
     dnnl_memory_t mem[4];
     int args[4];
@@ -48,6 +52,11 @@ typedef struct {
     const void *wei_from;
     int64_t dst_bytes;
     dnnl_memory_t scratch; /* the primitive's scratchpad, allocated with it */
+    /* Layout hand-over (set by cl_dnnl_lib_build): the producers whose converted output this
+     * site reads directly as input / copies as residual, and whether this site must still
+     * write its plain output (some reader needs it). */
+    const struct cl_dnnl_site_ *src_site, *res_site;
+    int write_plain;
 } cl_dnnl_site;
 
 typedef struct {
@@ -208,7 +217,39 @@ static inline void cl_dnnl_lib_build(cl_dnnl_lib *L, const cl_dnnl_desc *d, int 
     L->nsites = n;
     L->sites = sites;
     CL_DNNL_TRY(-1, dnnl_stream_create, (&L->stream, cl_dnnl_engine_, dnnl_stream_default_flags));
-    for (i = 0; i < n; i++) cl_dnnl_make_(&sites[i], i, &d[i]);
+    for (i = 0; i < n; i++) {
+        cl_dnnl_make_(&sites[i], i, &d[i]);
+        sites[i].write_plain = 1;
+    }
+    /* Hand converted outputs over where every reader takes exactly that layout. */
+    for (i = 0; i < n; i++) {
+        const dnnl_memory_desc_t *out, *want;
+        int j, ok = 1;
+        if (!d[i].blockable || sites[i].blk[2] == NULL) continue;
+        CL_DNNL_TRY(i, dnnl_memory_get_memory_desc, (sites[i].blk[2], &out));
+        for (j = 0; j < n && ok; j++) {
+            if (d[j].src_from == i) {
+                ok = sites[j].blk[0] != NULL;
+                if (ok) {
+                    CL_DNNL_TRY(j, dnnl_memory_get_memory_desc, (sites[j].blk[0], &want));
+                    ok = dnnl_memory_desc_equal(out, want);
+                }
+            }
+            if (ok && d[j].res_from == i) {
+                ok = sites[j].blk[2] != NULL;
+                if (ok) {
+                    CL_DNNL_TRY(j, dnnl_memory_get_memory_desc, (sites[j].blk[2], &want));
+                    ok = dnnl_memory_desc_equal(out, want);
+                }
+            }
+        }
+        if (!ok) continue;
+        sites[i].write_plain = 0;
+        for (j = 0; j < n; j++) {
+            if (d[j].src_from == i) sites[j].src_site = &sites[i];
+            if (d[j].res_from == i) sites[j].res_site = &sites[i];
+        }
+    }
 }
 
 static inline void cl_dnnl_reorder_(const cl_dnnl_lib *L, int site, dnnl_primitive_t r,
@@ -235,7 +276,9 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
         ea[i].arg = s->args[i];
         ea[i].memory = s->mem[i];
     }
-    if (s->reorder[0] != NULL) {
+    if (s->src_site != NULL) {
+        ea[0].memory = s->src_site->blk[2];
+    } else if (s->reorder[0] != NULL) {
         cl_dnnl_reorder_(L, site, s->reorder[0], s->mem[0], s->blk[0]);
         ea[0].memory = s->blk[0];
     }
@@ -246,7 +289,15 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
         }
         ea[1].memory = s->blk[1];
     }
-    if (res != NULL) {
+    if (s->res_site != NULL) {
+        /* The producer's output in this layout: copied as it is. */
+        const dnnl_memory_desc_t *md;
+        void *from, *to;
+        CL_DNNL_TRY(site, dnnl_memory_get_memory_desc, (s->blk[2], &md));
+        CL_DNNL_TRY(site, dnnl_memory_get_data_handle, (s->res_site->blk[2], &from));
+        CL_DNNL_TRY(site, dnnl_memory_get_data_handle, (s->blk[2], &to));
+        memcpy(to, from, dnnl_memory_desc_get_size(md));
+    } else if (res != NULL) {
         if (s->res_in != NULL) {
             CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[2], (void *)res));
             cl_dnnl_reorder_(L, site, s->res_in, s->mem[2], s->blk[2]);
@@ -259,7 +310,8 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
     ea[s->nmem].arg = DNNL_ARG_SCRATCHPAD;
     ea[s->nmem].memory = s->scratch;
     CL_DNNL_TRY(site, dnnl_primitive_execute, (s->prim, L->stream, s->nmem + 1, ea));
-    if (s->reorder[2] != NULL) cl_dnnl_reorder_(L, site, s->reorder[2], s->blk[2], s->mem[2]);
+    if (s->reorder[2] != NULL && s->write_plain)
+        cl_dnnl_reorder_(L, site, s->reorder[2], s->blk[2], s->mem[2]);
     CL_DNNL_TRY(site, dnnl_stream_wait, (L->stream));
 }
 #undef CL_DNNL_TRY
