@@ -121,8 +121,8 @@ fn dnnl_primitives_with_fused_post_ops_match_onnx_runtime() {
             ..Options::default()
         };
         let c = pipeline::compile_passed(g, "m", &opts, &target).unwrap();
-        // The primitive table: kind, geometry, then bias, sum, relu, src_from, res_from,
-        // blockable.
+        // The primitive table: kind, geometry, then bias, sum, relu, constant weights,
+        // src_from, res_from, blockable.
         let convs: Vec<Vec<i64>> = c
             .c_source
             .lines()
@@ -134,7 +134,7 @@ fn dnnl_primitives_with_fused_post_ops_match_onnx_runtime() {
                     .collect()
             })
             .collect();
-        let flags = |v: &Vec<i64>| v[v.len() - 6..].to_vec();
+        let flags = |v: &Vec<i64>| v[v.len() - 7..].to_vec();
         assert!(
             convs.iter().any(|v| flags(v)[..3] == [1, 0, 1]),
             "{name}: no convolution with bias and ReLU post-ops"
@@ -150,10 +150,10 @@ fn dnnl_primitives_with_fused_post_ops_match_onnx_runtime() {
             );
             // Convolutions feeding convolutions hand over their output in oneDNN's layout.
             assert!(
-                convs.iter().filter(|v| flags(v)[5] == 1).count() >= 8,
+                convs.iter().filter(|v| flags(v)[6] == 1).count() >= 8,
                 "{name}: outputs kept in oneDNN's layout: {convs:?}"
             );
-            assert!(convs.iter().any(|v| flags(v)[3] >= 0 && flags(v)[4] >= 0));
+            assert!(convs.iter().any(|v| flags(v)[4] >= 0 && flags(v)[5] >= 0));
         }
         check_with(name, &opts);
     }

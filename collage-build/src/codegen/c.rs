@@ -428,10 +428,7 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         .iter()
         .map(|&id| {
             let st = p.stage(id).expect("a stage");
-            let Exec::Dnnl(prim) = &st.exec else {
-                unreachable!()
-            };
-            super::dnnl::dnnl_call(p, id, st, **prim).unwrap_or_else(|| {
+            super::dnnl::call(p, id, st).unwrap_or_else(|| {
                 panic!(
                     "stage {} on dnnl does not read its primitive's operands (placement bug)",
                     st.name
@@ -515,10 +512,10 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, d
         let id = i as u32;
         // A library call computes the stage; what remains of its finalize (the fused
         // consumers) runs afterwards as an in-place loop.
-        let rest = match &st.exec {
-            Exec::Generated => None,
-            Exec::Dnnl(_) => {
-                let site = dnnl.sites.binary_search(&id).expect("a primitive site");
+        let rest = match (&st.exec, dnnl.sites.binary_search(&id)) {
+            (Exec::Generated, _) => None,
+            (Exec::Dnnl(_), Err(_)) => unreachable!("every primitive stage is a site"),
+            (_, Ok(site)) => {
                 let call = &dnnl.calls[site];
                 let fname = format!("k{id}{suffix}_dnnl");
                 writeln!(out, "\n/* {} on a oneDNN primitive */", stage_title(st)).unwrap();
@@ -526,7 +523,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, d
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
                 Some(call.epilogue.clone())
             }
-            Exec::Gemm(backend) => {
+            (Exec::Gemm(backend), Err(_)) => {
                 let g = super::library::gemm_call(p, st).unwrap_or_else(|| {
                     panic!(
                         "stage {} on {backend} is not a GEMM (placement bug)",

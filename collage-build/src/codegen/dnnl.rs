@@ -1,7 +1,8 @@
-//! oneDNN primitives for stages placed on the `dnnl` backend ([`Exec::Dnnl`]): which buffers a
-//! primitive reads and writes, which of the fused elementwise consumers become its bias and
-//! post-ops (sum for a residual add, ReLU), and the C that creates the primitives once per model
-//! instance and runs them.
+//! oneDNN primitives for stages placed on the `dnnl` backend ([`Exec::Dnnl`]: convolution,
+//! pooling): which buffers a primitive reads and writes,
+//! which of the fused elementwise consumers become its bias and post-ops (sum for a residual
+//! add, ReLU), how convolutions hand their outputs to each other, and the C that creates the
+//! primitives once per model instance and runs them.
 //!
 //! The C side (`dnnl_prims.c`, appended to the prelude when a program has such stages) keeps every
 //! primitive of a model in a `cl_dnnl_lib`: `collage_<model>_lib_new(rt)` creates them for the
@@ -27,19 +28,28 @@ pub struct DnnlCall {
     pub src: u32,
     /// The weights (convolution).
     pub wei: Option<u32>,
-    /// The bias, per output channel, applied by the primitive.
+    /// The bias (per output channel), applied by the primitive.
     pub bias: Option<u32>,
     /// A same-shaped tensor added to the result (put into the destination first, then the
     /// primitive's sum post-op accumulates onto it).
     pub residual: Option<u32>,
     /// ReLU as the primitive's last post-op.
     pub relu: bool,
+    /// The weights are a constant of the model: converted to the primitive's layout once.
+    pub wei_const: bool,
     /// What of the finalize the primitive does not compute, applied in place afterwards
     /// ([`Expr::Acc`] = the primitive's result); `None` when nothing is left.
     pub epilogue: Option<Expr>,
 }
 
-/// The stages of `p` computed by oneDNN primitives, in program order (their site numbers).
+impl DnnlCall {
+    fn conv(&self) -> bool {
+        self.prim.kind == DnnlKind::Conv
+    }
+}
+
+/// The stages of `p` computed by oneDNN primitives ([`Exec::Dnnl`]), in program order (their
+/// site numbers).
 pub fn sites(p: &Program) -> Vec<u32> {
     p.bufs
         .iter()
@@ -47,6 +57,15 @@ pub fn sites(p: &Program) -> Vec<u32> {
         .filter(|(_, b)| matches!(&b.kind, BufKind::Stage(st) if matches!(st.exec, Exec::Dnnl(_))))
         .map(|(i, _)| i as u32)
         .collect()
+}
+
+/// The call of site `id` (a stage listed by [`sites`]); `None` if its body does not read the
+/// operands the primitive needs (a placement bug).
+pub fn call(p: &Program, id: u32, st: &Stage) -> Option<DnnlCall> {
+    match &st.exec {
+        Exec::Dnnl(prim) => window_call(p, id, st, **prim),
+        _ => None,
+    }
 }
 
 fn is_zero(e: &Expr) -> bool {
@@ -70,11 +89,16 @@ fn count_acc(e: &Expr) -> usize {
     n
 }
 
-/// Recognises the primitive's operands and splits a convolution's finalize into bias, post-ops
-/// and what is left for an in-place loop. `None` if the body does not read the operands the
-/// primitive needs (a placement bug).
-pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<DnnlCall> {
-    let f32 = |b: u32| p.bufs[b as usize].ty.dtype == DType::F32 && !p.bufs[b as usize].packed;
+fn is_const(p: &Program, b: u32) -> bool {
+    matches!(p.bufs[b as usize].kind, BufKind::Const(_))
+}
+
+fn f32_buf(p: &Program, b: u32) -> bool {
+    p.bufs[b as usize].ty.dtype == DType::F32 && !p.bufs[b as usize].packed
+}
+
+/// Recognises a primitive's operands (and, for a convolution, splits its finalize).
+fn window_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<DnnlCall> {
     let src_shape = [prim.n, prim.ic, prim.ih, prim.iw].map(|v| v as usize);
     let (mut src, mut wei) = (None, None);
     st.body.visit(&mut |x| {
@@ -87,20 +111,32 @@ pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<Dnn
             }
         }
     });
-    let src = src.filter(|&b| f32(b))?;
+    let src = src.filter(|&b| f32_buf(p, b))?;
+    let mut call = DnnlCall {
+        prim,
+        src,
+        wei: None,
+        bias: None,
+        residual: None,
+        relu: false,
+        wei_const: false,
+        epilogue: None,
+    };
     if prim.kind != DnnlKind::Conv {
         // Pooling computes its whole finalize (the average's divisor); fusion adds nothing.
-        return Some(DnnlCall {
-            prim,
-            src,
-            wei: None,
-            bias: None,
-            residual: None,
-            relu: false,
-            epilogue: None,
-        });
+        return Some(call);
     }
-    let wei = wei.filter(|&b| f32(b))?;
+    let wei = wei.filter(|&b| f32_buf(p, b))?;
+    call.wei = Some(wei);
+    call.wei_const = is_const(p, wei);
+    split_finalize(p, id, st, &mut call, 1, prim.oc as usize);
+    Some(call)
+}
+
+/// Splits the finalize of stage `id` into the primitive's bias (a vector of `extent` read at
+/// output variable `var`), residual (same shape) and ReLU post-ops, and what is left for an
+/// in-place loop.
+fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall, var: u32, extent: usize) {
     let fin = st
         .reduce
         .as_ref()
@@ -108,20 +144,20 @@ pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<Dnn
         .unwrap_or(Expr::Acc);
     let vars: Vec<Expr> = (0..st.ty.rank()).map(Expr::var).collect();
     let flat = Expr::flatten(&vars, &st.ty.shape);
-    // A per-output-channel vector: `[oc]`, or a broadcast shape such as `[oc, 1, 1]`, read at
-    // the channel.
+    let at = Expr::Var(var);
+    // `[extent]`, or a broadcast shape such as `[extent, 1, 1]`, read at the variable.
     let is_bias = |e: &Expr| match e {
         Expr::Load(Src::Buf(b), idx) => {
             let shape = &p.bufs[*b as usize].ty.shape;
-            let channel = idx.iter().position(|i| *i == Expr::var(1));
-            f32(*b)
-                && channel.is_some_and(|c| shape[c] == prim.oc as usize)
+            let pos = idx.iter().position(|i| *i == at);
+            f32_buf(p, *b)
+                && pos.is_some_and(|c| shape[c] == extent)
                 && idx.iter().zip(shape).enumerate().all(|(k, (i, &d))| {
-                    Some(k) == channel || (d == 1 && matches!(i, Expr::Const(c) if c.is_zero()))
+                    Some(k) == pos || (d == 1 && matches!(i, Expr::Const(c) if c.is_zero()))
                 })
         }
         Expr::LoadFlat(Src::Buf(b), f) => {
-            f32(*b) && **f == Expr::var(1) && p.bufs[*b as usize].ty.numel() == prim.oc as usize
+            f32_buf(p, *b) && **f == at && p.bufs[*b as usize].ty.numel() == extent
         }
         _ => false,
     };
@@ -130,21 +166,15 @@ pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<Dnn
             *b != id
                 && idx[..] == vars[..]
                 && p.bufs[*b as usize].ty.shape == st.ty.shape
-                && f32(*b)
+                && f32_buf(p, *b)
         }
         Expr::LoadFlat(Src::Buf(b), f) => {
-            *b != id && **f == flat && p.bufs[*b as usize].ty.numel() == st.ty.numel() && f32(*b)
+            *b != id
+                && **f == flat
+                && p.bufs[*b as usize].ty.numel() == st.ty.numel()
+                && f32_buf(p, *b)
         }
         _ => false,
-    };
-    let mut call = DnnlCall {
-        prim,
-        src,
-        wei: Some(wei),
-        bias: None,
-        residual: None,
-        relu: false,
-        epilogue: None,
     };
     let buf = |e: &Expr| match e {
         Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _) => *b,
@@ -152,7 +182,7 @@ pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<Dnn
     };
     if count_acc(&fin) != 1 {
         call.epilogue = Some(fin).filter(|f| *f != Expr::Acc);
-        return Some(call);
+        return;
     }
     // The whole finalize as post-ops: [relu](Acc [+ bias] [+ residual]).
     let (relu, sum) = match &fin {
@@ -178,23 +208,22 @@ pub fn dnnl_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<Dnn
         call.bias = bias;
         call.residual = residual;
         call.relu = relu;
-        return Some(call);
+        return;
     }
     // Otherwise only the bias, where the finalize adds it straight to the accumulator.
-    let mut stripped = false;
+    let mut stripped = None;
     let rest = fin.rewrite(&mut |x| match x {
-        Expr::Bin(BinOp::Add, a, b) if !stripped => {
+        Expr::Bin(BinOp::Add, a, b) if stripped.is_none() => {
             let (acc_side, other_side) = if **a == Expr::Acc { (a, b) } else { (b, a) };
             (**acc_side == Expr::Acc && is_bias(other_side)).then(|| {
-                stripped = true;
-                call.bias = Some(buf(other_side));
+                stripped = Some(buf(other_side));
                 Expr::Acc
             })
         }
         _ => None,
     });
+    call.bias = stripped;
     call.epilogue = Some(rest).filter(|f| *f != Expr::Acc);
-    Some(call)
 }
 
 /// How the primitives of a program hand tensors to each other, per site: the site producing its
@@ -219,25 +248,31 @@ pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
     // A producer whose output is the primitive's own result (no loop after it changes it).
     let producer = |b: Option<u32>| -> i64 {
         b.and_then(site_of)
-            .filter(|&k| calls[k].prim.kind == DnnlKind::Conv && calls[k].epilogue.is_none())
+            .filter(|&k| calls[k].conv() && calls[k].epilogue.is_none())
             .map_or(-1, |k| k as i64)
     };
     let readers = p.readers();
     let mut out: Vec<Link> = calls
         .iter()
-        .map(|c| Link {
-            src_from: if c.prim.kind == DnnlKind::Conv {
-                producer(Some(c.src))
+        .map(|c| {
+            if c.conv() {
+                Link {
+                    src_from: producer(Some(c.src)),
+                    res_from: producer(c.residual),
+                    blockable: false,
+                }
             } else {
-                -1
-            },
-            res_from: producer(c.residual),
-            blockable: false,
+                Link {
+                    src_from: -1,
+                    res_from: -1,
+                    blockable: false,
+                }
+            }
         })
         .collect();
     for (k, &b) in sites.iter().enumerate() {
         let c = &calls[k];
-        if c.prim.kind != DnnlKind::Conv || c.epilogue.is_some() || p.outputs.contains(&b) {
+        if !c.conv() || c.epilogue.is_some() || p.outputs.contains(&b) {
             continue;
         }
         let only_linked = readers[b as usize].iter().all(|&r| {
@@ -283,20 +318,25 @@ pub fn emit_table(out: &mut String, symbol: &str, calls: &[DnnlCall], links: &[L
     writeln!(out, "static const cl_dnnl_desc cl_{symbol}_descs[{n}] = {{").unwrap();
     for (c, l) in calls.iter().zip(links) {
         let d = &c.prim;
-        writeln!(
-            out,
-            "    {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}},",
-            kind_name(d.kind),
-            d.n, d.ic, d.ih, d.iw, d.oc, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.dh, d.dw,
-            d.pt, d.pl, d.pb, d.pr, d.groups,
-            i32::from(c.bias.is_some()),
-            i32::from(c.residual.is_some()),
-            i32::from(c.relu),
-            l.src_from,
-            l.res_from,
-            i32::from(l.blockable),
-        )
-        .unwrap();
+        let w = [
+            d.n, d.ic, d.ih, d.iw, d.oc, d.oh, d.ow, d.kh, d.kw, d.sh, d.sw, d.dh, d.dw, d.pt,
+            d.pl, d.pb, d.pr, d.groups,
+        ];
+        let nums: Vec<String> = w
+            .iter()
+            .copied()
+            .chain([
+                i64::from(c.bias.is_some()),
+                i64::from(c.residual.is_some()),
+                i64::from(c.relu),
+                i64::from(c.wei_const),
+                l.src_from,
+                l.res_from,
+                i64::from(l.blockable),
+            ])
+            .map(|v| v.to_string())
+            .collect();
+        writeln!(out, "    {{{}, {}}},", kind_name(d.kind), nums.join(", ")).unwrap();
     }
     out.push_str("};\n");
     writeln!(
@@ -360,16 +400,92 @@ pub fn emit_call(
     .unwrap();
     writeln!(out, "    float *dst = {dst};").unwrap();
     let opt = |b: Option<u32>| b.map_or("NULL".to_string(), ptr);
-    let (a1, a2, a3) = if call.prim.kind == DnnlKind::Conv {
-        (opt(call.wei), "dst".to_string(), opt(call.bias))
+    let (a0, a1, a2, a3) = if call.conv() {
+        (
+            ptr(call.src),
+            opt(call.wei),
+            "dst".to_string(),
+            opt(call.bias),
+        )
     } else {
-        ("dst".to_string(), "NULL".to_string(), "NULL".to_string())
+        (
+            ptr(call.src),
+            "dst".to_string(),
+            "NULL".to_string(),
+            "NULL".to_string(),
+        )
     };
     writeln!(
         out,
-        "    cl_dnnl_exec(&((cl_{symbol}_lib *)rt->lib)->L, {site}, {}, {a1}, {a2}, {a3}, {});\n}}",
-        ptr(call.src),
+        "    cl_dnnl_exec(&((cl_{symbol}_lib *)rt->lib)->L, {site}, {a0}, {a1}, {a2}, {a3}, {});\n}}",
         opt(call.residual)
     )
     .unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{DType, Graph, TensorType};
+    use crate::native::NativeModel;
+    use crate::ops::{lookup, Attr, Attrs, OpCx};
+    use crate::pipeline::{compile, Options};
+    use crate::tools::{compare, pseudo_random};
+
+    /// `y = Conv(x, w)` with both a model input: 16 channels, 3x3, padded.
+    fn conv_of_inputs() -> Graph {
+        let mut g = Graph::new("conv_w");
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 16, 12, 12])));
+        let w = g.add_value("w", Some(TensorType::new(DType::F32, [16, 16, 3, 3])));
+        g.inputs.extend([x, w]);
+        let mut a = std::collections::BTreeMap::new();
+        a.insert("pads".to_string(), Attr::Ints(vec![1, 1, 1, 1]));
+        let attrs = Attrs(a);
+        let op = lookup("Conv").unwrap()(&OpCx {
+            attrs: &attrs,
+            opset: 17,
+            n_inputs: 2,
+            n_outputs: 1,
+        })
+        .unwrap();
+        let y = g.add_value("y", None);
+        g.add_node("conv", op, vec![Some(x), Some(w)], vec![y]);
+        g.outputs.push(y);
+        g
+    }
+
+    /// Weights that are a model input change between runs: on `dnnl`, where constant weights
+    /// are converted to the primitive's layout once, these are converted on every run.
+    #[test]
+    fn weights_that_are_inputs_are_converted_on_every_run() {
+        if !crate::backend::dnnl::available() {
+            return;
+        }
+        let work = std::env::temp_dir().join(format!("collage-dnnl-w-{}", std::process::id()));
+        let build = |backends: &str| {
+            let opts = Options {
+                backends: backends.into(),
+                greedy: true,
+                ..Options::default()
+            };
+            let c = compile(conv_of_inputs(), "conv_w", &opts).unwrap();
+            if backends == "dnnl,c" {
+                assert!(c.c_source.contains("{CL_DNNL_CONV, "), "not on a primitive");
+            }
+            NativeModel::build(&c, &work.join(backends.replace(',', "_")), "-O2").unwrap()
+        };
+        let (mut on_dnnl, mut generated) = (build("dnnl,c"), build("c"));
+        let x = pseudo_random(&on_dnnl.inputs[0].ty);
+        let w1 = pseudo_random(&on_dnnl.inputs[1].ty);
+        let flipped: Vec<f32> = w1.to_f32().iter().map(|v| 0.5 - 2.0 * v).collect();
+        let w2 = crate::ir::Tensor::from_f32(&on_dnnl.inputs[1].ty.shape, &flipped);
+        let exec = collage_runtime::Executor::Serial;
+        for w in [&w1, &w2, &w1] {
+            let inputs = [x.clone(), w.clone()];
+            let got = on_dnnl.run(&inputs, &exec).unwrap();
+            let want = generated.run(&inputs, &exec).unwrap();
+            let (ok, err) = compare(&got[0], &want[0]);
+            assert!(ok, "max |dnnl - c| = {err}");
+        }
+        let _ = std::fs::remove_dir_all(&work);
+    }
 }

@@ -22,13 +22,19 @@
 
 void omp_set_num_threads(int) __attribute__((weak));
 
-enum { CL_DNNL_CONV = 0, CL_DNNL_MAXPOOL = 1, CL_DNNL_AVGPOOL_EXCLUDE = 2, CL_DNNL_AVGPOOL_INCLUDE = 3 };
+enum {
+    CL_DNNL_CONV = 0,
+    CL_DNNL_MAXPOOL = 1,
+    CL_DNNL_AVGPOOL_EXCLUDE = 2,
+    CL_DNNL_AVGPOOL_INCLUDE = 3
+};
 
 /* One primitive: its kind, ONNX geometry (dilations from 1) and the post-ops it fuses. */
 typedef struct {
     int kind;
     int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, groups;
     int bias, post_sum, post_relu;
+    int wei_const; /* weights are a model constant: converted once, not on every call */
     /* The sites producing this one's input and residual (-1: none), and whether this one's
      * output may stay in the convolution's layout for its readers (all of them sites). */
     int src_from, res_from, blockable;
@@ -50,6 +56,7 @@ typedef struct cl_dnnl_site_ {
     dnnl_primitive_t reorder[3];
     dnnl_primitive_t res_in;
     const void *wei_from;
+    int wei_const;
     int64_t dst_bytes;
     dnnl_memory_t scratch; /* the primitive's scratchpad, allocated with it */
     /* Layout hand-over (set by cl_dnnl_lib_build): the producers whose converted output this
@@ -86,6 +93,36 @@ static inline void cl_dnnl_threads_(int64_t threads) {
     if (omp_set_num_threads && threads > 0) omp_set_num_threads((int)threads);
 }
 
+/* For the operands first..last-1 (0 src, 1 weights, 2 dst) whose layout chosen by `pd` differs
+ * from the plain `md[i]`: a memory in that layout and the reorder into it (dst: out of it; with
+ * `sum`, also a reorder bringing the residual into it). */
+static inline void cl_dnnl_convert_(cl_dnnl_site *s, int site, const_dnnl_primitive_desc_t pd,
+                                    const dnnl_memory_desc_t *md, int first, int last, int sum) {
+    static const dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
+    int i;
+    for (i = first; i < last; i++) {
+        const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[i], 0);
+        dnnl_primitive_desc_t rpd;
+        if (dnnl_memory_desc_equal(want, &md[i])) continue;
+        CL_DNNL_TRY(site, dnnl_memory_create,
+                    (&s->blk[i], want, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+        if (i < 2)
+            CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                        (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
+        else
+            CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                        (&rpd, want, cl_dnnl_engine_, &md[i], cl_dnnl_engine_, NULL));
+        CL_DNNL_TRY(site, dnnl_primitive_create, (&s->reorder[i], rpd));
+        CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
+        if (i == 2 && sum) {
+            CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                        (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
+            CL_DNNL_TRY(site, dnnl_primitive_create, (&s->res_in, rpd));
+            CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
+        }
+    }
+}
+
 static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *d) {
     dnnl_memory_desc_t md[4];
     dnnl_dims_t src = {d->n, d->ic, d->ih, d->iw}, dst = {d->n, d->oc, d->oh, d->ow};
@@ -95,10 +132,18 @@ static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *
     dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     int i;
-    CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[0], 4, src, dnnl_f32, dnnl_nchw));
     CL_DNNL_TRY(site, dnnl_primitive_attr_create, (&attr));
     /* The scratchpad is allocated here, with the primitive, not by oneDNN while it runs. */
     CL_DNNL_TRY(site, dnnl_primitive_attr_set_scratchpad_mode, (attr, dnnl_scratchpad_mode_user));
+    if (d->post_sum || d->post_relu) {
+        CL_DNNL_TRY(site, dnnl_post_ops_create, (&ops));
+        if (d->post_sum) CL_DNNL_TRY(site, dnnl_post_ops_append_sum, (ops, 1.0f));
+        if (d->post_relu)
+            CL_DNNL_TRY(site, dnnl_post_ops_append_eltwise,
+                        (ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+        CL_DNNL_TRY(site, dnnl_primitive_attr_set_post_ops, (attr, ops));
+    }
+    CL_DNNL_TRY(site, dnnl_memory_desc_init_by_tag, (&md[0], 4, src, dnnl_f32, dnnl_nchw));
     if (d->kind == CL_DNNL_CONV) {
         dnnl_convolution_desc_t cd;
         dnnl_dims_t bias = {d->oc};
@@ -118,14 +163,6 @@ static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *
         CL_DNNL_TRY(site, dnnl_dilated_convolution_forward_desc_init,
                     (&cd, dnnl_forward_inference, dnnl_convolution_direct, &any[0], &any[1],
                      d->bias ? &md[3] : NULL, &any[2], strides, dil, pad_l, pad_r));
-        if (d->post_sum || d->post_relu) {
-            CL_DNNL_TRY(site, dnnl_post_ops_create, (&ops));
-            if (d->post_sum) CL_DNNL_TRY(site, dnnl_post_ops_append_sum, (ops, 1.0f));
-            if (d->post_relu)
-                CL_DNNL_TRY(site, dnnl_post_ops_append_eltwise,
-                            (ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
-            CL_DNNL_TRY(site, dnnl_primitive_attr_set_post_ops, (attr, ops));
-        }
         CL_DNNL_TRY(site, dnnl_primitive_desc_create, (&pd, &cd, attr, cl_dnnl_engine_, NULL));
         s->args[0] = DNNL_ARG_SRC;
         s->args[1] = DNNL_ARG_WEIGHTS;
@@ -133,31 +170,7 @@ static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *
         s->args[3] = DNNL_ARG_BIAS;
         s->nmem = d->bias ? 4 : 3;
         s->dst_bytes = d->n * d->oc * d->oh * d->ow * (int64_t)sizeof(float);
-        {
-            static const dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md,
-                                              dnnl_query_dst_md};
-            for (i = 0; i < 3; i++) {
-                const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[i], 0);
-                dnnl_primitive_desc_t rpd;
-                if (dnnl_memory_desc_equal(want, &md[i])) continue;
-                CL_DNNL_TRY(site, dnnl_memory_create,
-                            (&s->blk[i], want, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
-                if (i < 2)
-                    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
-                                (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
-                else
-                    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
-                                (&rpd, want, cl_dnnl_engine_, &md[i], cl_dnnl_engine_, NULL));
-                CL_DNNL_TRY(site, dnnl_primitive_create, (&s->reorder[i], rpd));
-                CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
-                if (i == 2 && d->post_sum) {
-                    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
-                                (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
-                    CL_DNNL_TRY(site, dnnl_primitive_create, (&s->res_in, rpd));
-                    CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
-                }
-            }
-        }
+        cl_dnnl_convert_(s, site, pd, md, 0, 3, d->post_sum);
     } else {
         dnnl_pooling_v2_desc_t pdesc;
         dnnl_dims_t kernel = {d->kh, d->kw};
@@ -174,6 +187,7 @@ static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *
         s->nmem = 2;
     }
     CL_DNNL_TRY(site, dnnl_primitive_create, (&s->prim, pd));
+    s->wei_const = d->wei_const;
     CL_DNNL_TRY(site, dnnl_memory_create,
                 (&s->scratch, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
                  cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
@@ -283,7 +297,7 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
         ea[0].memory = s->blk[0];
     }
     if (s->reorder[1] != NULL) {
-        if (s->wei_from != a1) {
+        if (!s->wei_const || s->wei_from != a1) {
             cl_dnnl_reorder_(L, site, s->reorder[1], s->mem[1], s->blk[1]);
             s->wei_from = a1;
         }
