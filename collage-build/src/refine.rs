@@ -9,7 +9,8 @@
 //! crossing costs beyond the kernels themselves (clamped at zero: a crossing never pays back).
 //!
 //! Evolution: the search's placement seeds [`evolve`]; every placement it proposes is compiled
-//! and timed end to end; the baselines (`c` alone, and `--greedy LIB,c` for every library) are
+//! and timed end to end; the baselines (`c` alone, and `--greedy LIB,c` for every library) and
+//! each library's maximal fusion ([`largest_on`](crate::partition::search::largest_on)) are
 //! timed too. The fastest few distinct programs are then re-timed side by side in rotated rounds,
 //! and the winner is recorded in the cost cache under [`placement_key`], where normal builds find
 //! it.
@@ -24,7 +25,7 @@ use crate::ir::{DType, Graph, Tensor, TensorType};
 use crate::measure::{self, MeasureBudget, Measurement};
 use crate::ops::{lookup, Attrs, OpCx};
 use crate::partition::place::{self, Part};
-use crate::partition::search::{evolve, search, EvolveParams, SearchLimits};
+use crate::partition::search::{evolve, largest_on, search, EvolveParams, SearchLimits};
 use crate::pipeline::{
     assignment_of, encode_parts, place_graph, placement_key, transition_key, Options, Pricer,
 };
@@ -254,6 +255,22 @@ pub fn evolve_model(
         let (m, src) = time(&parts)?;
         log(&format!("{label}: {:.1} us", m.median_us));
         baselines.push((label.clone(), m.median_us));
+        all.push((label, parts, m.median_us, src));
+    }
+
+    // Maximal fusion on each library (its largest candidates first): what the per-kernel costs
+    // cannot see, e.g. oneDNN convolutions handing their outputs to each other in their own
+    // layout, shows end to end.
+    for (b, lib) in names.iter().enumerate().filter(|(_, &n)| n != "c") {
+        let Some(chosen) = largest_on(&problem, b, SearchLimits::default())
+            .map_err(|e| model_err(format!("placement search: {e}")))?
+        else {
+            continue;
+        };
+        let label = format!("largest {lib}");
+        let parts = place::parts_of(&problem, &chosen, &backends);
+        let (m, src) = time(&parts)?;
+        log(&format!("{label}: {:.1} us", m.median_us));
         all.push((label, parts, m.median_us, src));
     }
 

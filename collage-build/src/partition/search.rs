@@ -622,6 +622,7 @@ impl<'p> Prepared<'p> {
         owner: &mut [usize],
         covered: &mut [u64],
         steps: &mut usize,
+        prefer: Option<usize>,
     ) -> Option<(Vec<usize>, f64)> {
         struct Frame {
             options: Vec<(f64, usize)>,
@@ -643,7 +644,20 @@ impl<'p> Prepared<'p> {
                     .filter(|&&c| self.disjoint(covered, c))
                     .map(|&c| (self.increment(owner, c, &mut scratch), c))
                     .collect();
-                options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                // With a preferred backend: its candidates first, largest first.
+                let rank = |c: usize| match prefer {
+                    Some(b) if self.backend(c) == b => {
+                        (0, usize::MAX - self.problem.candidates[c].nodes.len())
+                    }
+                    Some(_) => (1, 0),
+                    None => (0, 0),
+                };
+                options.sort_by(|a, b| {
+                    rank(a.1)
+                        .cmp(&rank(b.1))
+                        .then(a.0.total_cmp(&b.0))
+                        .then(a.1.cmp(&b.1))
+                });
                 frames.push(Frame { options, next: 0 });
             }
             let depth = frames.len();
@@ -764,6 +778,25 @@ fn path_of(states: &[State], mut id: usize) -> Vec<usize> {
     }
     path.reverse();
     path
+}
+
+/// The placement that frameworks' maximal-fusion rule gives: every node that backend `prefer`
+/// can run goes to its largest candidate (scanning nodes in order), the rest to the cheapest
+/// candidates; `None` if that leaves the graph uncoverable within `limits.fallback_steps`.
+pub fn largest_on(
+    problem: &SearchProblem,
+    prefer: usize,
+    limits: SearchLimits,
+) -> Result<Option<Vec<usize>>, SearchError> {
+    problem.validate()?;
+    let prep = Prepared::new(problem);
+    let n = problem.n_nodes;
+    let mut owner = vec![NONE; n];
+    let mut covered = vec![0; words(n)];
+    let mut steps = limits.fallback_steps;
+    Ok(prep
+        .complete_greedily(&mut owner, &mut covered, &mut steps, Some(prefer))
+        .map(|(chosen, _)| chosen))
 }
 
 /// Finds the cheapest placement of `problem` by Dijkstra over partial placements (see the
@@ -939,7 +972,9 @@ fn fallback(
             }
         }
         let mut covered = states[id].covered.clone();
-        if let Some((rest, extra)) = prep.complete_greedily(&mut owner, &mut covered, &mut steps) {
+        if let Some((rest, extra)) =
+            prep.complete_greedily(&mut owner, &mut covered, &mut steps, None)
+        {
             let cost = states[id].dist + extra;
             if best.as_ref().is_none_or(|(b, _)| cost < *b) {
                 best = Some((cost, path.into_iter().chain(rest).collect()));
@@ -1258,6 +1293,35 @@ mod tests {
             transition,
             edges: edges.to_vec(),
         }
+    }
+
+    /// Maximal fusion takes the preferred backend's largest candidates even where the cheapest
+    /// placement would not, and the cheapest candidate for what that backend cannot run.
+    #[test]
+    fn largest_on_prefers_the_backends_largest_candidates() {
+        // 0 -> 1 -> 2 -> 3; backend 1 runs [0, 1, 2], [0, 1], [0] and [3].
+        let p = problem(
+            4,
+            vec![
+                cand(&[0], 0, 1.0),
+                cand(&[1], 0, 1.0),
+                cand(&[2], 0, 1.0),
+                cand(&[3], 0, 1.0),
+                cand(&[3], 1, 0.5),
+                cand(&[0], 1, 5.0),
+                cand(&[0, 1], 1, 8.0),
+                cand(&[0, 1, 2], 1, 20.0),
+                cand(&[3], 0, 0.7),
+            ],
+            vec![vec![0.0, 0.0], vec![0.0, 0.0]],
+            &[(0, 1), (1, 2), (2, 3)],
+        );
+        let chosen = largest_on(&p, 1, SearchLimits::default()).unwrap().unwrap();
+        assert_eq!(chosen, vec![7, 4]);
+        // Preferring backend 0 (singletons only): its candidates, cheapest first.
+        let chosen = largest_on(&p, 0, SearchLimits::default()).unwrap().unwrap();
+        assert_eq!(chosen, vec![0, 1, 2, 8]);
+        assert_eq!(p.owners(&chosen).unwrap().len(), 4);
     }
 
     /// A random DAG of 4..=9 nodes (nodes in topological order) on 2..=3 backends, with random
