@@ -9,8 +9,11 @@
  * Every primitive of a model is created up front in a `cl_dnnl_lib` (one per model instance,
  * built by `collage_<model>_lib_new`, or a process-wide one behind a mutex for callers without
  * an instance); `run` only binds pointers and executes, in the model's order, on the
- * instance's stream. oneDNN runs its own OpenMP threads: the count is the runtime's, set before
- * creation and before every execution (GEMM library calls set the calling thread's to 1).
+ * instance's stream. oneDNN runs its own OpenMP threads: the count is the runtime's, set on the
+ * calling thread for creation and for every execution and restored afterwards. Reorders, like
+ * the primitives, get their scratchpads up front, so an instance may run on any thread. The
+ * engine, and the process-wide state of callers without an instance, live until the process
+ * ends (a shared library of generated code that is unloaded leaves them behind).
  *
  * A oneDNN error prints one line naming the model's site and aborts: the compiler only places
  * geometries oneDNN accepts, so a failure here is a compiler bug, not a user error. */
@@ -21,6 +24,7 @@
 #include <dnnl.h>
 
 void omp_set_num_threads(int) __attribute__((weak));
+int omp_get_max_threads(void) __attribute__((weak));
 
 enum {
     CL_DNNL_CONV = 0,
@@ -55,6 +59,7 @@ typedef struct cl_dnnl_site_ {
     dnnl_memory_t blk[3];
     dnnl_primitive_t reorder[3];
     dnnl_primitive_t res_in;
+    dnnl_memory_t rscratch[4]; /* scratchpads of reorder[0..3) and res_in (NULL: none needed) */
     const void *wei_from;
     int wei_const;
     int64_t dst_bytes;
@@ -89,8 +94,35 @@ static inline void cl_dnnl_engine_init_(void) {
     CL_DNNL_TRY(-1, dnnl_engine_create, (&cl_dnnl_engine_, dnnl_cpu, 0));
 }
 
-static inline void cl_dnnl_threads_(int64_t threads) {
+/* Sets the calling thread's OpenMP team size for oneDNN; returns the previous one. */
+static inline int cl_dnnl_threads_(int64_t threads) {
+    int old = omp_get_max_threads ? omp_get_max_threads() : 0;
     if (omp_set_num_threads && threads > 0) omp_set_num_threads((int)threads);
+    return old;
+}
+
+static inline void cl_dnnl_restore_threads_(int old) {
+    if (omp_set_num_threads && old > 0) omp_set_num_threads(old);
+}
+
+/* A reorder `from` -> `to` with its own scratchpad (allocated here, if it needs one), so that
+ * it runs on any thread, like the primitives. */
+static inline void cl_dnnl_reorder_make_(int site, const dnnl_memory_desc_t *from,
+                                         const dnnl_memory_desc_t *to, dnnl_primitive_t *r,
+                                         dnnl_memory_t *scratch) {
+    dnnl_primitive_attr_t attr;
+    dnnl_primitive_desc_t rpd;
+    const dnnl_memory_desc_t *smd;
+    CL_DNNL_TRY(site, dnnl_primitive_attr_create, (&attr));
+    CL_DNNL_TRY(site, dnnl_primitive_attr_set_scratchpad_mode, (attr, dnnl_scratchpad_mode_user));
+    CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
+                (&rpd, from, cl_dnnl_engine_, to, cl_dnnl_engine_, attr));
+    CL_DNNL_TRY(site, dnnl_primitive_create, (r, rpd));
+    smd = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+    if (smd != NULL && dnnl_memory_desc_get_size(smd) > 0)
+        CL_DNNL_TRY(site, dnnl_memory_create, (scratch, smd, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+    CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
+    CL_DNNL_TRY(site, dnnl_primitive_attr_destroy, (attr));
 }
 
 /* For the operands first..last-1 (0 src, 1 weights, 2 dst) whose layout chosen by `pd` differs
@@ -102,24 +134,14 @@ static inline void cl_dnnl_convert_(cl_dnnl_site *s, int site, const_dnnl_primit
     int i;
     for (i = first; i < last; i++) {
         const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[i], 0);
-        dnnl_primitive_desc_t rpd;
         if (dnnl_memory_desc_equal(want, &md[i])) continue;
         CL_DNNL_TRY(site, dnnl_memory_create,
                     (&s->blk[i], want, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
         if (i < 2)
-            CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
-                        (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
+            cl_dnnl_reorder_make_(site, &md[i], want, &s->reorder[i], &s->rscratch[i]);
         else
-            CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
-                        (&rpd, want, cl_dnnl_engine_, &md[i], cl_dnnl_engine_, NULL));
-        CL_DNNL_TRY(site, dnnl_primitive_create, (&s->reorder[i], rpd));
-        CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
-        if (i == 2 && sum) {
-            CL_DNNL_TRY(site, dnnl_reorder_primitive_desc_create,
-                        (&rpd, &md[i], cl_dnnl_engine_, want, cl_dnnl_engine_, NULL));
-            CL_DNNL_TRY(site, dnnl_primitive_create, (&s->res_in, rpd));
-            CL_DNNL_TRY(site, dnnl_primitive_desc_destroy, (rpd));
-        }
+            cl_dnnl_reorder_make_(site, want, &md[i], &s->reorder[i], &s->rscratch[i]);
+        if (i == 2 && sum) cl_dnnl_reorder_make_(site, &md[i], want, &s->res_in, &s->rscratch[3]);
     }
 }
 
@@ -212,6 +234,8 @@ static inline void cl_dnnl_lib_clear(cl_dnnl_lib *L) {
             if (s->blk[j] != NULL) dnnl_memory_destroy(s->blk[j]);
         }
         if (s->res_in != NULL) dnnl_primitive_destroy(s->res_in);
+        for (j = 0; j < 4; j++)
+            if (s->rscratch[j] != NULL) dnnl_memory_destroy(s->rscratch[j]);
         if (s->scratch != NULL) dnnl_memory_destroy(s->scratch);
         if (s->prim != NULL) dnnl_primitive_destroy(s->prim);
         memset(s, 0, sizeof *s);
@@ -225,8 +249,9 @@ static inline void cl_dnnl_lib_clear(cl_dnnl_lib *L) {
 static inline void cl_dnnl_lib_build(cl_dnnl_lib *L, const cl_dnnl_desc *d, int n, cl_dnnl_site *sites,
                               int64_t threads) {
     int i;
+    int old;
     pthread_once(&cl_dnnl_engine_once_, cl_dnnl_engine_init_);
-    cl_dnnl_threads_(threads);
+    old = cl_dnnl_threads_(threads);
     L->threads = threads;
     L->nsites = n;
     L->sites = sites;
@@ -264,16 +289,19 @@ static inline void cl_dnnl_lib_build(cl_dnnl_lib *L, const cl_dnnl_desc *d, int 
             if (d[j].res_from == i) sites[j].res_site = &sites[i];
         }
     }
+    cl_dnnl_restore_threads_(old);
 }
 
 static inline void cl_dnnl_reorder_(const cl_dnnl_lib *L, int site, dnnl_primitive_t r,
-                             dnnl_memory_t from, dnnl_memory_t to) {
-    dnnl_exec_arg_t ea[2];
+                                    dnnl_memory_t scratch, dnnl_memory_t from, dnnl_memory_t to) {
+    dnnl_exec_arg_t ea[3];
     ea[0].arg = DNNL_ARG_FROM;
     ea[0].memory = from;
     ea[1].arg = DNNL_ARG_TO;
     ea[1].memory = to;
-    CL_DNNL_TRY(site, dnnl_primitive_execute, (r, L->stream, 2, ea));
+    ea[2].arg = DNNL_ARG_SCRATCHPAD;
+    ea[2].memory = scratch;
+    CL_DNNL_TRY(site, dnnl_primitive_execute, (r, L->stream, scratch != NULL ? 3 : 2, ea));
 }
 
 /* Runs primitive `site` on (src, weights, dst, bias) (pooling: src, dst) and waits. For the sum
@@ -283,8 +311,7 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
     cl_dnnl_site *s = &L->sites[site];
     const void *ptr[4] = {a0, a1, a2, a3};
     dnnl_exec_arg_t ea[5];
-    int i;
-    cl_dnnl_threads_(L->threads);
+    int i, old = cl_dnnl_threads_(L->threads);
     for (i = 0; i < s->nmem; i++) {
         CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[i], (void *)ptr[i]));
         ea[i].arg = s->args[i];
@@ -293,12 +320,12 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
     if (s->src_site != NULL) {
         ea[0].memory = s->src_site->blk[2];
     } else if (s->reorder[0] != NULL) {
-        cl_dnnl_reorder_(L, site, s->reorder[0], s->mem[0], s->blk[0]);
+        cl_dnnl_reorder_(L, site, s->reorder[0], s->rscratch[0], s->mem[0], s->blk[0]);
         ea[0].memory = s->blk[0];
     }
     if (s->reorder[1] != NULL) {
         if (!s->wei_const || s->wei_from != a1) {
-            cl_dnnl_reorder_(L, site, s->reorder[1], s->mem[1], s->blk[1]);
+            cl_dnnl_reorder_(L, site, s->reorder[1], s->rscratch[1], s->mem[1], s->blk[1]);
             s->wei_from = a1;
         }
         ea[1].memory = s->blk[1];
@@ -314,7 +341,7 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
     } else if (res != NULL) {
         if (s->res_in != NULL) {
             CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[2], (void *)res));
-            cl_dnnl_reorder_(L, site, s->res_in, s->mem[2], s->blk[2]);
+            cl_dnnl_reorder_(L, site, s->res_in, s->rscratch[3], s->mem[2], s->blk[2]);
             CL_DNNL_TRY(site, dnnl_memory_set_data_handle, (s->mem[2], (void *)a2));
         } else if (res != a2) {
             memcpy((void *)a2, res, (size_t)s->dst_bytes);
@@ -325,8 +352,9 @@ static inline void cl_dnnl_exec(cl_dnnl_lib *L, int site, const void *a0, const 
     ea[s->nmem].memory = s->scratch;
     CL_DNNL_TRY(site, dnnl_primitive_execute, (s->prim, L->stream, s->nmem + 1, ea));
     if (s->reorder[2] != NULL && s->write_plain)
-        cl_dnnl_reorder_(L, site, s->reorder[2], s->blk[2], s->mem[2]);
+        cl_dnnl_reorder_(L, site, s->reorder[2], s->rscratch[2], s->blk[2], s->mem[2]);
     CL_DNNL_TRY(site, dnnl_stream_wait, (L->stream));
+    cl_dnnl_restore_threads_(old);
 }
 #undef CL_DNNL_TRY
 #endif

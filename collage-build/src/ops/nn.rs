@@ -274,8 +274,23 @@ impl Geom {
             } else {
                 return None;
             };
-            // The first window must reach the input, and the last must start inside it.
-            if ext <= p0 || (o - 1) * s - p0 >= i {
+            // oneDNN's own limits: paddings shorter than the window, dilation gaps shorter
+            // than the input.
+            if ext <= p0 || ext <= *end_j || self.dil[j] > i {
+                return None;
+            }
+            // Every window must have a point inside the input (ONNX and oneDNN disagree on
+            // windows wholly in the padding).
+            let (k, dl) = (self.kernel[j] as i64, self.dil[j]);
+            let reaches = |start: i64| {
+                let first = if start >= 0 {
+                    0
+                } else {
+                    (-start + dl - 1) / dl
+                };
+                first < k && start + first * dl < i
+            };
+            if !(0..o).all(|w| reaches(w * s - p0)) {
                 return None;
             }
             if kind == DnnlKind::AvgPoolIncludePad && *end_j != self.pe[j] {
@@ -1699,4 +1714,38 @@ pub fn batchnorm_epsilon(op: &dyn super::Operator) -> Option<f64> {
 /// True for a Conv operator.
 pub fn is_conv(op: &dyn super::Operator) -> bool {
     op.op_type() == "Conv"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 1-row, `w`-wide pooling window geometry over a [1, 1, 1, w] input.
+    fn pool(w: usize, k: i64, s: i64, d: i64, pads: [i64; 2], ceil: bool) -> Option<DnnlPrim> {
+        let win = Window {
+            auto_pad: AutoPad::NotSet,
+            kernel: Some(vec![1, k]),
+            strides: Some(vec![1, s]),
+            dilations: Some(vec![1, d]),
+            pads: Some(vec![0, pads[0], 0, pads[1]]),
+            ceil_mode: ceil,
+        };
+        let geo = win.geom(&[1, w], None, true).ok()?;
+        let x = TensorType::new(DType::F32, vec![1, 1, 1, w]);
+        geo.dnnl(DnnlKind::AvgPoolExcludePad, &x, 1, 1)
+    }
+
+    /// What oneDNN's pooling refuses, or computes differently from ONNX, stays generated code.
+    #[test]
+    fn windows_onednn_cannot_express_are_refused() {
+        // Plain, padded and ceil-mode windows map (ceil mode by a longer end padding).
+        assert!(pool(8, 3, 1, 1, [1, 1], false).is_some());
+        let ceil = pool(5, 2, 2, 1, [0, 0], true).expect("ceil mode");
+        assert_eq!((ceil.ow, ceil.pr), (3, 1));
+        // End padding as long as the window; a window with every point in the padding.
+        assert!(pool(10, 2, 4, 1, [0, 2], false).is_none());
+        assert!(pool(4, 2, 1, 1, [2, 0], false).is_none());
+        // Dilated taps that skip the whole input.
+        assert!(pool(2, 2, 1, 3, [1, 1], false).is_none());
+    }
 }
