@@ -454,7 +454,8 @@ mod tests {
     }
 
     /// Weights that are a model input change between runs: on `dnnl`, where constant weights
-    /// are converted to the primitive's layout once, these are converted on every run.
+    /// are converted to the primitive's layout once, these are converted on every run. The
+    /// primitives (and their reorders) also run on a thread other than the one that made them.
     #[test]
     fn weights_that_are_inputs_are_converted_on_every_run() {
         if !crate::backend::dnnl::available() {
@@ -486,6 +487,17 @@ mod tests {
             let (ok, err) = compare(&got[0], &want[0]);
             assert!(ok, "max |dnnl - c| = {err}");
         }
+        // The instance (created by the first run above, on this thread) runs on another thread.
+        let inputs = [x.clone(), w2.clone()];
+        let want = generated.run(&inputs, &exec).unwrap();
+        let got = std::thread::scope(|s| {
+            s.spawn(|| on_dnnl.run(&inputs, &collage_runtime::Executor::Serial))
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        let (ok, err) = compare(&got[0], &want[0]);
+        assert!(ok, "on another thread: max |dnnl - c| = {err}");
         let _ = std::fs::remove_dir_all(&work);
     }
 }
