@@ -140,7 +140,7 @@ pub enum Error {
     },
 }
 
-/// Result with the compiler's [`Error`].
+/// Result with the compiler's [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {

@@ -10,10 +10,9 @@
 //!
 //! Evolution: the search's placement seeds [`evolve`]; every placement it proposes is compiled
 //! and timed end to end; the baselines (`c` alone, and `--greedy LIB,c` for every library) and
-//! each library's maximal fusion ([`largest_on`](crate::partition::search::largest_on)) are
-//! timed too. The fastest few distinct programs are then re-timed side by side in rotated rounds,
-//! and the winner is recorded in the cost cache under [`placement_key`], where normal builds find
-//! it.
+//! each library's maximal fusion ([`largest_on`]) are timed too. The fastest few distinct
+//! programs are then re-timed side by side in rotated rounds, and the winner is recorded in the
+//! cost cache under [`placement_key`], where normal builds find it.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;

@@ -38,11 +38,11 @@ enum Cmd {
         #[command(flatten)]
         place: PlaceArgs,
     },
-    /// Compile and run on input_<i>.pb files; write got_<i>.pb and compare with output_<i>.pb.
+    /// Compile and run on `input_<i>.pb` files; write `got_<i>.pb` and compare with `output_<i>.pb`.
     Run {
         /// The ONNX model.
         model: PathBuf,
-        /// Folder with input_<i>.pb (and optionally output_<i>.pb).
+        /// Folder with `input_<i>.pb` (and optionally `output_<i>.pb`).
         #[arg(long)]
         data: PathBuf,
         /// Threads.
