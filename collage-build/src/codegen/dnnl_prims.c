@@ -76,6 +76,9 @@ typedef struct {
     dnnl_stream_t stream;
     int nsites;
     cl_dnnl_site *sites;
+    /* Buffers shared by every site's converted input, and by the converted outputs that are
+     * converted back right away (outputs handed over to readers keep their own). */
+    dnnl_memory_t tmp[2];
 } cl_dnnl_lib;
 
 static dnnl_engine_t cl_dnnl_engine_;
@@ -135,8 +138,11 @@ static inline void cl_dnnl_convert_(cl_dnnl_site *s, int site, const_dnnl_primit
     for (i = first; i < last; i++) {
         const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[i], 0);
         if (dnnl_memory_desc_equal(want, &md[i])) continue;
+        /* Weights are converted once and kept; input and output buffers are placed by
+         * cl_dnnl_lib_build once it knows which outputs are handed over. */
         CL_DNNL_TRY(site, dnnl_memory_create,
-                    (&s->blk[i], want, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+                    (&s->blk[i], want, cl_dnnl_engine_,
+                     i == 1 ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE));
         if (i < 2)
             cl_dnnl_reorder_make_(site, &md[i], want, &s->reorder[i], &s->rscratch[i]);
         else
@@ -240,9 +246,56 @@ static inline void cl_dnnl_lib_clear(cl_dnnl_lib *L) {
         if (s->prim != NULL) dnnl_primitive_destroy(s->prim);
         memset(s, 0, sizeof *s);
     }
+    for (j = 0; j < 2; j++) {
+        if (L->tmp[j] != NULL) dnnl_memory_destroy(L->tmp[j]);
+        L->tmp[j] = NULL;
+    }
     if (L->stream != NULL) dnnl_stream_destroy(L->stream);
     L->stream = NULL;
     L->sites = NULL;
+}
+
+/* Places the converted inputs and outputs (see cl_dnnl_lib): temporaries in the two shared
+ * buffers, handed-over outputs in their own. */
+static inline void cl_dnnl_place_(cl_dnnl_lib *L) {
+    size_t need[2] = {0, 0};
+    void *at[2] = {NULL, NULL};
+    int i, k;
+    for (i = 0; i < L->nsites; i++) {
+        cl_dnnl_site *s = &L->sites[i];
+        const dnnl_memory_desc_t *md;
+        for (k = 0; k < 2; k++) {
+            dnnl_memory_t m = s->blk[2 * k];
+            if (m == NULL || (k == 0 && s->src_site != NULL) || (k == 1 && !s->write_plain))
+                continue;
+            CL_DNNL_TRY(i, dnnl_memory_get_memory_desc, (m, &md));
+            if (dnnl_memory_desc_get_size(md) > need[k]) need[k] = dnnl_memory_desc_get_size(md);
+        }
+    }
+    for (k = 0; k < 2; k++) {
+        dnnl_memory_desc_t flat;
+        dnnl_dims_t n;
+        if (need[k] == 0) continue;
+        n[0] = (int64_t)((need[k] + sizeof(float) - 1) / sizeof(float));
+        CL_DNNL_TRY(-1, dnnl_memory_desc_init_by_tag, (&flat, 1, n, dnnl_f32, dnnl_a));
+        CL_DNNL_TRY(-1, dnnl_memory_create, (&L->tmp[k], &flat, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+        CL_DNNL_TRY(-1, dnnl_memory_get_data_handle, (L->tmp[k], &at[k]));
+    }
+    for (i = 0; i < L->nsites; i++) {
+        cl_dnnl_site *s = &L->sites[i];
+        if (s->blk[0] != NULL && s->src_site == NULL)
+            CL_DNNL_TRY(i, dnnl_memory_set_data_handle, (s->blk[0], at[0]));
+        if (s->blk[2] != NULL && s->write_plain) {
+            CL_DNNL_TRY(i, dnnl_memory_set_data_handle, (s->blk[2], at[1]));
+        } else if (s->blk[2] != NULL) {
+            const dnnl_memory_desc_t *md;
+            dnnl_memory_desc_t own;
+            CL_DNNL_TRY(i, dnnl_memory_get_memory_desc, (s->blk[2], &md));
+            own = *md;
+            CL_DNNL_TRY(i, dnnl_memory_destroy, (s->blk[2]));
+            CL_DNNL_TRY(i, dnnl_memory_create, (&s->blk[2], &own, cl_dnnl_engine_, DNNL_MEMORY_ALLOCATE));
+        }
+    }
 }
 
 /* Creates the stream and every primitive of `d[0..n]` into `sites` for `threads` threads. */
@@ -289,6 +342,7 @@ static inline void cl_dnnl_lib_build(cl_dnnl_lib *L, const cl_dnnl_desc *d, int 
             if (d[j].res_from == i) sites[j].res_site = &sites[i];
         }
     }
+    cl_dnnl_place_(L);
     cl_dnnl_restore_threads_(old);
 }
 
