@@ -512,10 +512,10 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, d
         let id = i as u32;
         // A library call computes the stage; what remains of its finalize (the fused
         // consumers) runs afterwards as an in-place loop.
-        let rest = match (&st.exec, dnnl.sites.binary_search(&id)) {
-            (Exec::Generated, _) => None,
-            (Exec::Dnnl(_), Err(_)) => unreachable!("every primitive stage is a site"),
-            (_, Ok(site)) => {
+        let rest = match &st.exec {
+            Exec::Generated => None,
+            Exec::Dnnl(_) => {
+                let site = dnnl.sites.binary_search(&id).expect("a primitive site");
                 let call = &dnnl.calls[site];
                 let fname = format!("k{id}{suffix}_dnnl");
                 writeln!(out, "\n/* {} on a oneDNN primitive */", stage_title(st)).unwrap();
@@ -523,7 +523,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, d
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
                 Some(call.epilogue.clone())
             }
-            (Exec::Gemm(backend), Err(_)) => {
+            Exec::Gemm(backend) => {
                 let g = super::library::gemm_call(p, st).unwrap_or_else(|| {
                     panic!(
                         "stage {} on {backend} is not a GEMM (placement bug)",
@@ -794,11 +794,7 @@ fn emit_stage(
             let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
             writeln!(out, "{ri}for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}").unwrap();
             close_reduction(out, &mut ri, r.extents.len());
-            let fin = r
-                .finalize
-                .as_ref()
-                .map(|f| em.expr(f))
-                .unwrap_or_else(|| "acc".into());
+            let fin = finalize_c(&em, r);
             writeln!(
                 out,
                 "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
@@ -830,11 +826,7 @@ fn emit_stage(
             let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
             writeln!(out, "{ri}{upd}").unwrap();
             close_reduction(out, &mut ri, r.extents.len());
-            let fin = r
-                .finalize
-                .as_ref()
-                .map(|f| em.expr(f))
-                .unwrap_or_else(|| "acc".into());
+            let fin = finalize_c(&em, r);
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
     }
@@ -1627,7 +1619,14 @@ fn open_reduction(out: &mut String, ri: &mut String, extents: &[usize]) {
     }
 }
 
-/// Closes the loops of [`open_reduction`].
+/// The C expression of a reduction's result from its accumulator `acc`.
+fn finalize_c(em: &Emitter, r: &crate::te::Reduce) -> String {
+    r.finalize
+        .as_ref()
+        .map(|f| em.expr(f))
+        .unwrap_or_else(|| "acc".into())
+}
+
 /// The C statement that combines `v` into the accumulator `acc` with `op`.
 fn accumulate(op: RedOp, dtype: DType, acc: &str, v: &str) -> String {
     let s = suffix(dtype);
@@ -1639,6 +1638,7 @@ fn accumulate(op: RedOp, dtype: DType, acc: &str, v: &str) -> String {
     }
 }
 
+/// Closes the loops of [`open_reduction`].
 fn close_reduction(out: &mut String, ri: &mut String, n: usize) {
     for _ in 0..n {
         ri.truncate(ri.len() - 4);

@@ -59,13 +59,46 @@ pub fn sites(p: &Program) -> Vec<u32> {
         .collect()
 }
 
-/// The call of site `id` (a stage listed by [`sites`]); `None` if its body does not read the
-/// operands the primitive needs (a placement bug).
+/// The call of site `id` (a stage listed by [`sites`]): the primitive's operands and, for a
+/// convolution, its finalize split into bias, post-ops and epilogue; `None` if the body does not
+/// read the operands the primitive needs (a placement bug).
 pub fn call(p: &Program, id: u32, st: &Stage) -> Option<DnnlCall> {
-    match &st.exec {
-        Exec::Dnnl(prim) => window_call(p, id, st, **prim),
-        _ => None,
+    let Exec::Dnnl(prim) = &st.exec else {
+        return None;
+    };
+    let prim = **prim;
+    let src_shape = [prim.n, prim.ic, prim.ih, prim.iw].map(|v| v as usize);
+    let (mut src, mut wei) = (None, None);
+    st.body.visit(&mut |x| {
+        if let Expr::Load(Src::Buf(b), idx) = x {
+            let shape = &p.bufs[*b as usize].ty.shape;
+            if idx.first() == Some(&Expr::var(0)) && shape[..] == src_shape[..] {
+                src = src.or(Some(*b));
+            } else if prim.kind == DnnlKind::Conv && idx.first() == Some(&Expr::var(1)) {
+                wei = wei.or(Some(*b));
+            }
+        }
+    });
+    let src = src.filter(|&b| f32_buf(p, b))?;
+    let mut call = DnnlCall {
+        prim,
+        src,
+        wei: None,
+        bias: None,
+        residual: None,
+        relu: false,
+        wei_const: false,
+        epilogue: None,
+    };
+    if prim.kind != DnnlKind::Conv {
+        // Pooling computes its whole finalize (the average's divisor); fusion adds nothing.
+        return Some(call);
     }
+    let wei = wei.filter(|&b| f32_buf(p, b))?;
+    call.wei = Some(wei);
+    call.wei_const = is_const(p, wei);
+    split_finalize(p, id, st, &mut call);
+    Some(call)
 }
 
 fn is_zero(e: &Expr) -> bool {
@@ -97,46 +130,10 @@ fn f32_buf(p: &Program, b: u32) -> bool {
     p.bufs[b as usize].ty.dtype == DType::F32 && !p.bufs[b as usize].packed
 }
 
-/// Recognises a primitive's operands (and, for a convolution, splits its finalize).
-fn window_call(p: &Program, id: u32, st: &Stage, prim: DnnlPrim) -> Option<DnnlCall> {
-    let src_shape = [prim.n, prim.ic, prim.ih, prim.iw].map(|v| v as usize);
-    let (mut src, mut wei) = (None, None);
-    st.body.visit(&mut |x| {
-        if let Expr::Load(Src::Buf(b), idx) = x {
-            let shape = &p.bufs[*b as usize].ty.shape;
-            if idx.first() == Some(&Expr::var(0)) && shape[..] == src_shape[..] {
-                src = src.or(Some(*b));
-            } else if prim.kind == DnnlKind::Conv && idx.first() == Some(&Expr::var(1)) {
-                wei = wei.or(Some(*b));
-            }
-        }
-    });
-    let src = src.filter(|&b| f32_buf(p, b))?;
-    let mut call = DnnlCall {
-        prim,
-        src,
-        wei: None,
-        bias: None,
-        residual: None,
-        relu: false,
-        wei_const: false,
-        epilogue: None,
-    };
-    if prim.kind != DnnlKind::Conv {
-        // Pooling computes its whole finalize (the average's divisor); fusion adds nothing.
-        return Some(call);
-    }
-    let wei = wei.filter(|&b| f32_buf(p, b))?;
-    call.wei = Some(wei);
-    call.wei_const = is_const(p, wei);
-    split_finalize(p, id, st, &mut call, 1, prim.oc as usize);
-    Some(call)
-}
-
-/// Splits the finalize of stage `id` into the primitive's bias (a vector of `extent` read at
-/// output variable `var`), residual (same shape) and ReLU post-ops, and what is left for an
-/// in-place loop.
-fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall, var: u32, extent: usize) {
+/// Splits the finalize of convolution stage `id` into the primitive's bias (a per-channel
+/// vector read at the channel `Var(1)`), residual (same shape) and ReLU post-ops, and what is left
+/// for an in-place loop.
+fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall) {
     let fin = st
         .reduce
         .as_ref()
@@ -144,8 +141,8 @@ fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall, var: u3
         .unwrap_or(Expr::Acc);
     let vars: Vec<Expr> = (0..st.ty.rank()).map(Expr::var).collect();
     let flat = Expr::flatten(&vars, &st.ty.shape);
-    let at = Expr::Var(var);
-    // `[extent]`, or a broadcast shape such as `[extent, 1, 1]`, read at the variable.
+    let (at, extent) = (Expr::var(1), call.prim.oc as usize);
+    // `[oc]`, or a broadcast shape such as `[oc, 1, 1]`, read at the channel.
     let is_bias = |e: &Expr| match e {
         Expr::Load(Src::Buf(b), idx) => {
             let shape = &p.bufs[*b as usize].ty.shape;
@@ -284,7 +281,6 @@ pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
                 || (out[j].res_from == k as i64 && rc.residual == Some(b));
             let other = rc.wei == Some(b)
                 || rc.bias == Some(b)
-                || (rc.src == b && out[j].src_from != k as i64)
                 || rc
                     .epilogue
                     .as_ref()

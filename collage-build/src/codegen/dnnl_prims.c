@@ -47,10 +47,11 @@ typedef struct {
 struct cl_dnnl_site_;
 /* A primitive and its memories. User memories (plain layouts; their handles are set on every
  * call): mem[0..nmem) with execution arguments args[]. A convolution chooses its own (blocked)
- * layouts: `blk[i]` is the primitive's src / weights / dst memory, allocated with it, when that
- * layout differs from the plain one, and `reorder[i]` converts (src, weights: plain to blocked;
- * dst: blocked to plain; `res_in`: a residual, plain, into the blocked dst for the sum post-op).
- * Weights are converted once, on the first call, and again only if their address changes. */
+ * layouts: `blk[i]` is the primitive's src / weights / dst memory when that layout differs from
+ * the plain one (weights allocated with it, src and dst placed by cl_dnnl_place_), and
+ * `reorder[i]` converts (src, weights: plain to blocked; dst: blocked to plain; `res_in`: a
+ * residual, plain, into the blocked dst for the sum post-op). Constant weights are converted on
+ * the first call (again only if their address changes), other weights on every call. */
 typedef struct cl_dnnl_site_ {
     dnnl_primitive_t prim;
     dnnl_memory_t mem[4];
@@ -128,14 +129,14 @@ static inline void cl_dnnl_reorder_make_(int site, const dnnl_memory_desc_t *fro
     CL_DNNL_TRY(site, dnnl_primitive_attr_destroy, (attr));
 }
 
-/* For the operands first..last-1 (0 src, 1 weights, 2 dst) whose layout chosen by `pd` differs
+/* For each convolution operand (0 src, 1 weights, 2 dst) whose layout chosen by `pd` differs
  * from the plain `md[i]`: a memory in that layout and the reorder into it (dst: out of it; with
  * `sum`, also a reorder bringing the residual into it). */
 static inline void cl_dnnl_convert_(cl_dnnl_site *s, int site, const_dnnl_primitive_desc_t pd,
-                                    const dnnl_memory_desc_t *md, int first, int last, int sum) {
+                                    const dnnl_memory_desc_t *md, int sum) {
     static const dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
     int i;
-    for (i = first; i < last; i++) {
+    for (i = 0; i < 3; i++) {
         const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[i], 0);
         if (dnnl_memory_desc_equal(want, &md[i])) continue;
         /* Weights are converted once and kept; input and output buffers are placed by
@@ -198,7 +199,7 @@ static inline void cl_dnnl_make_(cl_dnnl_site *s, int site, const cl_dnnl_desc *
         s->args[3] = DNNL_ARG_BIAS;
         s->nmem = d->bias ? 4 : 3;
         s->dst_bytes = d->n * d->oc * d->oh * d->ow * (int64_t)sizeof(float);
-        cl_dnnl_convert_(s, site, pd, md, 0, 3, d->post_sum);
+        cl_dnnl_convert_(s, site, pd, md, d->post_sum);
     } else {
         dnnl_pooling_v2_desc_t pdesc;
         dnnl_dims_t kernel = {d->kh, d->kw};
