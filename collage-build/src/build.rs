@@ -206,6 +206,11 @@ impl Build {
         if self.cargo {
             println!("cargo:rerun-if-env-changed=COLLAGE_TUNE");
         }
+        if tune && cache_path.is_none() {
+            self.warn(
+                "COLLAGE_TUNE is set but this build has no cost cache to measure into: add .cost_cache(\"collage-cache.toml\") to collage_build::Build in build.rs",
+            );
+        }
         if let (true, Some(path)) = (tune, &cache_path) {
             // Keep other machines' entries: the file may hold several targets.
             let mut cache = if path.exists() {
@@ -256,19 +261,20 @@ impl Build {
                 .map_or("collage-cache.toml".to_string(), |p| {
                     p.display().to_string()
                 });
-            let cmds: Vec<String> = misses
+            // The CLI reads ONNX files only; `COLLAGE_TUNE=1` covers every model and needs
+            // nothing beyond the build itself.
+            let cli: Vec<String> = misses
                 .iter()
-                .map(|(_, m)| {
-                    if m.ends_with(".onnx") {
-                        format!("collage tune {m} --cache {file}")
-                    } else {
-                        format!("COLLAGE_TUNE=1 cargo build (for {m})")
-                    }
-                })
+                .filter(|(_, m)| m.ends_with(".onnx"))
+                .map(|(_, m)| format!("collage tune {m} --cache {file}"))
                 .collect();
+            let cli = if cli.is_empty() {
+                String::new()
+            } else {
+                format!(", or with the CLI: {}", cli.join(" && "))
+            };
             self.warn(&format!(
-                "{n} kernel costs are not in {cache}; placement used the analytic cost model for them. Measure them with: {}",
-                cmds.join(" && ")
+                "{n} kernel costs are not in {cache}; placement used the analytic cost model for them. Measure them with `COLLAGE_TUNE=1 cargo build --release` (nothing else to install){cli}"
             ));
         }
         for e in &errors {

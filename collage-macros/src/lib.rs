@@ -81,7 +81,7 @@ fn expand(
     let path = format!("/collage/{symbol}.rs");
     quote! {
         #[doc(hidden)]
-        #[allow(non_snake_case, clippy::all)]
+        #[allow(non_snake_case)]
         mod #module {
             include!(concat!(env!("OUT_DIR"), #path));
         }

@@ -125,6 +125,7 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
     };
     let tokens = quote! {
         #[doc = #doc]
+        #[allow(dead_code)]
         pub struct Model {
             arena: ::collage::runtime::Arena,
             exec: ::collage::runtime::Executor,
@@ -132,16 +133,22 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
         }
 
         /// The activation arena of [`Model`] as a fixed-size buffer, for [`Model::run_in`].
+        #[allow(dead_code)]
         pub type ArenaBuf = ::collage::runtime::Aligned<[u8; Model::ARENA_SIZE]>;
 
         static WEIGHTS: ::collage::runtime::Aligned<[u8; #wlen]> =
             ::collage::runtime::Aligned(*include_bytes!(concat!(env!("OUT_DIR"), #wpath)));
 
-        extern "C" {
+        // SAFETY: the declarations match the generated C definitions compiled into this crate.
+        unsafe extern "C" {
             fn #run_sym(rt: *const ::collage::runtime::RawRt, arena: *mut u8, weights: *const u8, inputs: *const *const u8);
             #lib_decl
         }
 
+        // Every public item is optional API: a crate may use `run` or `run_in`, `new` or
+        // `with_threads`, and none of them is dead code of the user's. A model's inputs and
+        // outputs are its signature, however many and however nested.
+        #[allow(dead_code, clippy::too_many_arguments, clippy::type_complexity)]
         impl Model {
             /// Bytes of activation memory one instance uses.
             pub const ARENA_SIZE: usize = #arena;
