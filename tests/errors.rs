@@ -161,3 +161,746 @@ fn undefined_inputs_are_errors() {
     let msg = compile(&bytes).unwrap_err().to_string();
     assert!(msg.contains("nope") && msg.contains("`r`"), "{msg}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile sizes: a model file is untrusted input. Shapes and sizes computed from attributes and
+// constant inputs must give clear errors (never a panic, never a wrapped size). `cargo test` in
+// debug runs these with overflow checks on, so any unchecked arithmetic on the way panics here.
+
+use proto::attribute_proto::AttributeType;
+
+/// An attribute.
+enum A {
+    I(i64),
+    Is(Vec<i64>),
+    S(&'static str),
+}
+
+fn attr(name: &str, a: A) -> proto::AttributeProto {
+    let mut p = proto::AttributeProto {
+        name: name.into(),
+        ..Default::default()
+    };
+    match a {
+        A::I(v) => {
+            p.r#type = AttributeType::Int as i32;
+            p.i = v;
+        }
+        A::Is(v) => {
+            p.r#type = AttributeType::Ints as i32;
+            p.ints = v;
+        }
+        A::S(v) => {
+            p.r#type = AttributeType::String as i32;
+            p.s = v.as_bytes().to_vec();
+        }
+    }
+    p
+}
+
+fn ints(name: &str, v: &[i64]) -> proto::TensorProto {
+    proto::TensorProto {
+        name: name.into(),
+        data_type: 7,
+        dims: vec![v.len() as i64],
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn int_scalar(name: &str, v: i64) -> proto::TensorProto {
+    proto::TensorProto {
+        dims: vec![],
+        ..ints(name, &[v])
+    }
+}
+
+fn floats(name: &str, v: &[f32]) -> proto::TensorProto {
+    proto::TensorProto {
+        name: name.into(),
+        data_type: 1,
+        dims: vec![v.len() as i64],
+        float_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn float_scalar(name: &str, v: f32) -> proto::TensorProto {
+    proto::TensorProto {
+        dims: vec![],
+        ..floats(name, &[v])
+    }
+}
+
+/// A one-node model `n` with graph input `x` of `shape` (when given), constant inputs and
+/// attributes; opset 21.
+fn one_node(
+    op: &str,
+    x: Option<&[i64]>,
+    inputs: &[&str],
+    consts: Vec<proto::TensorProto>,
+    attrs: Vec<proto::AttributeProto>,
+) -> Vec<u8> {
+    let mut n = node(op, "n", inputs, &["y"]);
+    n.attribute = attrs;
+    proto::ModelProto {
+        ir_version: 10,
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: String::new(),
+            version: 21,
+        }],
+        graph: Some(proto::GraphProto {
+            name: "t".into(),
+            node: vec![n],
+            input: x.map(|s| vi("x", s)).into_iter().collect(),
+            output: vec![vi("y", &[])],
+            initializer: consts,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// `op` on input `x` of `shape` with one constant input `t`.
+fn with_const(op: &str, shape: &[i64], t: proto::TensorProto) -> Vec<u8> {
+    let name = t.name.clone();
+    one_node(op, Some(shape), &["x", &name], vec![t], vec![])
+}
+
+/// `op` on input `x` of `shape` with one attribute.
+fn with_attr(op: &str, shape: &[i64], a: proto::AttributeProto) -> Vec<u8> {
+    one_node(op, Some(shape), &["x"], vec![], vec![a])
+}
+
+/// Compiles with panics caught: `Ok(Ok)` compiled, `Ok(Err)` a clean error, `Err` a panic.
+fn try_compile(bytes: &[u8]) -> Result<Result<(), Error>, String> {
+    std::panic::catch_unwind(|| compile(bytes)).map_err(|p| {
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
+}
+
+/// The error must name the node and op (or, for a whole-model error, the value).
+fn assert_clear(e: &Error, op: &str, case: &str) {
+    let msg = e.to_string();
+    match e {
+        Error::Node { node, op: o, .. } => {
+            assert!(
+                node == "n" && o == op,
+                "{case}: error names another node: {msg}"
+            )
+        }
+        Error::Model { .. } => assert!(msg.contains('`'), "{case}: unclear error: {msg}"),
+        other => panic!("{case}: unexpected error kind: {other}"),
+    }
+}
+
+#[test]
+fn the_five_hostile_models_of_the_report_are_clear_errors() {
+    let two32 = 1i64 << 32;
+    let two31 = 1i64 << 31;
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        (
+            "input f32[2^32, 2^32] -> Relu",
+            "Relu",
+            one_node("Relu", Some(&[two32, two32]), &["x"], vec![], vec![]),
+        ),
+        (
+            "Tile with repeats 2^62",
+            "Tile",
+            with_const("Tile", &[2, 3], ints("r", &[1 << 62, 1])),
+        ),
+        (
+            "Expand to [2^31, 2^31]",
+            "Expand",
+            with_const("Expand", &[1, 1], ints("s", &[two31, two31])),
+        ),
+        (
+            "Resize with scale 1e30",
+            "Resize",
+            one_node(
+                "Resize",
+                Some(&[1, 1, 2, 2]),
+                &["x", "", "s"],
+                vec![floats("s", &[1.0, 1.0, 1e30, 1e30])],
+                vec![],
+            ),
+        ),
+        (
+            "Range of 1e30 steps",
+            "Range",
+            one_node(
+                "Range",
+                None,
+                &["a", "b", "c"],
+                vec![
+                    float_scalar("a", 0.0),
+                    float_scalar("b", 1e30),
+                    float_scalar("c", 1.0),
+                ],
+                vec![],
+            ),
+        ),
+    ];
+    for (case, op, bytes) in cases {
+        match try_compile(&bytes) {
+            Err(p) => panic!("{case}: panicked: {p}"),
+            Ok(Ok(())) => panic!("{case}: compiled"),
+            Ok(Err(e)) => {
+                assert_clear(&e, op, case);
+                eprintln!("{case}: {e}");
+            }
+        }
+    }
+
+    // External data at offset u64::MAX.
+    let dir = std::env::temp_dir().join(format!("collage-extdata-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("w.bin"), [0u8; 64]).unwrap();
+    let mut w = floats("w", &[]);
+    w.dims = vec![4];
+    w.data_location = proto::tensor_proto::DataLocation::External as i32;
+    let kv = |k: &str, v: &str| proto::StringStringEntryProto {
+        key: k.into(),
+        value: v.into(),
+    };
+    w.external_data = vec![
+        kv("location", "w.bin"),
+        kv("offset", &u64::MAX.to_string()),
+        kv("length", "16"),
+    ];
+    let bytes = one_node("Add", Some(&[4]), &["x", "w"], vec![w], vec![]);
+    let r = std::panic::catch_unwind(|| {
+        import_bytes(&bytes, &dir.join("m.onnx")).and_then(|g| compile_graph(g, "t").map(|_| ()))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let e = r
+        .expect("external data at offset u64::MAX panicked")
+        .expect_err("external data at offset u64::MAX compiled");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("initializer `w`") && msg.contains("offset"),
+        "{msg}"
+    );
+}
+
+/// Huge integers: as a dimension, repeat count, padding, block size or index they make a tensor
+/// no target holds (or index outside one).
+const BAD_INTS: [i64; 3] = [1 << 62, i64::MAX, 1 << 40];
+/// Values that are valid for some uses (or cleanly rejected) and must never panic anywhere.
+const EDGE_INTS: [i64; 5] = [i64::MIN, 0, -1, -2, 1 << 20];
+/// Float values no scale or Range operand may take.
+const BAD_FLOATS: [f32; 3] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+/// Finite extremes: valid for some uses (a Range of 1e30 steps is not, see the five models).
+const EDGE_FLOATS: [f32; 5] = [1e30, -1e30, 0.0, -1.0, 1e-30];
+
+/// A family of models, one per operator and shape-determining attribute or constant input:
+/// `build(v)` makes the model with the value under test.
+struct Family {
+    name: &'static str,
+    op: &'static str,
+    build: Box<dyn Fn(i64) -> Vec<u8>>,
+    /// Whether every value of `BAD_INTS` must be an error (false where a huge value is valid:
+    /// ONNX clamps Slice ends, a stride past the input leaves one window, ...).
+    bad_must_fail: bool,
+}
+
+fn fam(
+    name: &'static str,
+    op: &'static str,
+    bad_must_fail: bool,
+    build: impl Fn(i64) -> Vec<u8> + 'static,
+) -> Family {
+    Family {
+        name,
+        op,
+        build: Box::new(build),
+        bad_must_fail,
+    }
+}
+
+fn int_families() -> Vec<Family> {
+    let x23: &'static [i64] = &[2, 3];
+    let img: &'static [i64] = &[1, 1, 5, 5];
+    let conv = |a: Vec<proto::AttributeProto>| {
+        one_node(
+            "Conv",
+            Some(&[1, 1, 5, 5]),
+            &["x", "w"],
+            vec![proto::TensorProto {
+                dims: vec![1, 1, 3, 3],
+                ..floats("w", &[0.5; 9])
+            }],
+            a,
+        )
+    };
+    let convt = |a: Vec<proto::AttributeProto>| {
+        one_node(
+            "ConvTranspose",
+            Some(&[1, 1, 5, 5]),
+            &["x", "w"],
+            vec![proto::TensorProto {
+                dims: vec![1, 1, 3, 3],
+                ..floats("w", &[0.5; 9])
+            }],
+            a,
+        )
+    };
+    let pool = |op: &'static str, a: Vec<proto::AttributeProto>| {
+        one_node(op, Some(&[1, 1, 5, 5]), &["x"], vec![], a)
+    };
+    let k3 = || attr("kernel_shape", A::Is(vec![3, 3]));
+    vec![
+        fam("Tile repeats", "Tile", true, move |v| {
+            with_const("Tile", x23, ints("r", &[v, 1]))
+        }),
+        fam("Expand shape", "Expand", true, |v| {
+            with_const("Expand", &[1, 2], ints("s", &[v, 2]))
+        }),
+        fam("Reshape shape", "Reshape", true, move |v| {
+            with_const("Reshape", x23, ints("s", &[v, -1]))
+        }),
+        fam("Reshape allowzero", "Reshape", true, move |v| {
+            one_node(
+                "Reshape",
+                Some(x23),
+                &["x", "s"],
+                vec![ints("s", &[v, 3])],
+                vec![attr("allowzero", A::I(1))],
+            )
+        }),
+        fam("ConstantOfShape shape", "ConstantOfShape", true, |v| {
+            one_node(
+                "ConstantOfShape",
+                None,
+                &["s"],
+                vec![ints("s", &[v, 4])],
+                vec![],
+            )
+        }),
+        fam("Range limit (int)", "Range", true, |v| {
+            one_node(
+                "Range",
+                None,
+                &["a", "b", "c"],
+                vec![int_scalar("a", 0), int_scalar("b", v), int_scalar("c", 1)],
+                vec![],
+            )
+        }),
+        fam("Range delta (int)", "Range", false, |v| {
+            one_node(
+                "Range",
+                None,
+                &["a", "b", "c"],
+                vec![
+                    int_scalar("a", i64::MIN),
+                    int_scalar("b", i64::MAX),
+                    int_scalar("c", v),
+                ],
+                vec![],
+            )
+        }),
+        fam("Resize sizes", "Resize", true, |v| {
+            one_node(
+                "Resize",
+                Some(&[1, 1, 2, 2]),
+                &["x", "", "", "s"],
+                vec![ints("s", &[1, 1, v, v])],
+                vec![],
+            )
+        }),
+        fam("Pad pads", "Pad", true, move |v| {
+            with_const("Pad", x23, ints("p", &[0, v, 0, v]))
+        }),
+        fam("Pad negative pads", "Pad", true, move |v| {
+            with_const("Pad", x23, ints("p", &[0, v.wrapping_neg(), 0, 0]))
+        }),
+        fam("Slice ends", "Slice", false, move |v| {
+            one_node(
+                "Slice",
+                Some(x23),
+                &["x", "s", "e", "a"],
+                vec![ints("s", &[0]), ints("e", &[v]), ints("a", &[1])],
+                vec![],
+            )
+        }),
+        fam("Slice steps", "Slice", false, move |v| {
+            one_node(
+                "Slice",
+                Some(x23),
+                &["x", "s", "e", "a", "t"],
+                vec![
+                    ints("s", &[0]),
+                    ints("e", &[3]),
+                    ints("a", &[1]),
+                    ints("t", &[v]),
+                ],
+                vec![],
+            )
+        }),
+        fam("Split sizes", "Split", true, move |v| {
+            one_node(
+                "Split",
+                Some(x23),
+                &["x", "s"],
+                vec![ints("s", &[v, 3i64.wrapping_sub(v)])],
+                vec![attr("axis", A::I(1))],
+            )
+        }),
+        fam("Concat axis", "Concat", true, move |v| {
+            one_node(
+                "Concat",
+                Some(x23),
+                &["x", "x"],
+                vec![],
+                vec![attr("axis", A::I(v))],
+            )
+        }),
+        fam("Flatten axis", "Flatten", true, move |v| {
+            with_attr("Flatten", x23, attr("axis", A::I(v)))
+        }),
+        fam("Unsqueeze axes", "Unsqueeze", true, move |v| {
+            with_const("Unsqueeze", x23, ints("a", &[v]))
+        }),
+        fam("Squeeze axes", "Squeeze", true, move |v| {
+            with_const("Squeeze", x23, ints("a", &[v]))
+        }),
+        fam("Transpose perm", "Transpose", true, move |v| {
+            with_attr("Transpose", x23, attr("perm", A::Is(vec![v, 0])))
+        }),
+        fam("Gather indices", "Gather", true, move |v| {
+            with_const("Gather", x23, ints("i", &[v]))
+        }),
+        fam("TopK k", "TopK", true, move |v| {
+            with_const("TopK", x23, ints("k", &[v]))
+        }),
+        fam("Trilu k", "Trilu", false, move |v| {
+            with_const("Trilu", x23, int_scalar("k", v))
+        }),
+        fam("CumSum axis", "CumSum", true, move |v| {
+            with_const("CumSum", x23, int_scalar("a", v))
+        }),
+        fam("ReduceSum axes", "ReduceSum", true, move |v| {
+            with_const("ReduceSum", x23, ints("a", &[v]))
+        }),
+        fam("Softmax axis", "Softmax", true, move |v| {
+            with_attr("Softmax", x23, attr("axis", A::I(v)))
+        }),
+        fam("ArgMax axis", "ArgMax", true, move |v| {
+            with_attr("ArgMax", x23, attr("axis", A::I(v)))
+        }),
+        fam("DepthToSpace blocksize", "DepthToSpace", true, |v| {
+            with_attr("DepthToSpace", &[1, 4, 2, 2], attr("blocksize", A::I(v)))
+        }),
+        fam("SpaceToDepth blocksize", "SpaceToDepth", true, |v| {
+            with_attr("SpaceToDepth", &[1, 1, 4, 4], attr("blocksize", A::I(v)))
+        }),
+        fam("Conv strides", "Conv", false, move |v| {
+            conv(vec![attr("strides", A::Is(vec![v, 1]))])
+        }),
+        fam("Conv pads", "Conv", true, move |v| {
+            conv(vec![attr("pads", A::Is(vec![v, 0, v, 0]))])
+        }),
+        fam("Conv dilations", "Conv", true, move |v| {
+            conv(vec![attr("dilations", A::Is(vec![v, 1]))])
+        }),
+        fam("Conv group", "Conv", true, move |v| {
+            conv(vec![attr("group", A::I(v))])
+        }),
+        fam("ConvTranspose strides", "ConvTranspose", true, move |v| {
+            convt(vec![attr("strides", A::Is(vec![v, 1]))])
+        }),
+        fam(
+            "ConvTranspose output_padding",
+            "ConvTranspose",
+            true,
+            move |v| {
+                convt(vec![
+                    attr("strides", A::Is(vec![2, 2])),
+                    attr("output_padding", A::Is(vec![v, 0])),
+                ])
+            },
+        ),
+        fam(
+            "ConvTranspose output_shape",
+            "ConvTranspose",
+            true,
+            move |v| convt(vec![attr("output_shape", A::Is(vec![v, 5]))]),
+        ),
+        fam("ConvTranspose pads", "ConvTranspose", true, move |v| {
+            convt(vec![attr("pads", A::Is(vec![v, 0, v, 0]))])
+        }),
+        fam("MaxPool kernel", "MaxPool", true, move |v| {
+            pool("MaxPool", vec![attr("kernel_shape", A::Is(vec![v, 3]))])
+        }),
+        fam("MaxPool strides", "MaxPool", false, move |v| {
+            pool("MaxPool", vec![k3(), attr("strides", A::Is(vec![v, 1]))])
+        }),
+        fam("MaxPool pads", "MaxPool", true, move |v| {
+            pool("MaxPool", vec![k3(), attr("pads", A::Is(vec![v, 0, v, 0]))])
+        }),
+        fam("MaxPool dilations", "MaxPool", true, move |v| {
+            pool(
+                "MaxPool",
+                vec![
+                    k3(),
+                    attr("dilations", A::Is(vec![v, 1])),
+                    attr("ceil_mode", A::I(1)),
+                ],
+            )
+        }),
+        fam("AveragePool pads", "AveragePool", true, move |v| {
+            pool(
+                "AveragePool",
+                vec![k3(), attr("pads", A::Is(vec![v, 0, v, 0]))],
+            )
+        }),
+        fam(
+            "AveragePool strides (ceil)",
+            "AveragePool",
+            false,
+            move |v| {
+                pool(
+                    "AveragePool",
+                    vec![
+                        k3(),
+                        attr("strides", A::Is(vec![v, 1])),
+                        attr("ceil_mode", A::I(1)),
+                    ],
+                )
+            },
+        ),
+        fam("LRN size", "LRN", false, move |v| {
+            with_attr("LRN", img, attr("size", A::I(v)))
+        }),
+        fam(
+            "GroupNormalization num_groups",
+            "GroupNormalization",
+            true,
+            move |v| {
+                one_node(
+                    "GroupNormalization",
+                    Some(&[1, 4, 2, 2]),
+                    &["x", "s", "b"],
+                    vec![floats("s", &[1.0; 4]), floats("b", &[0.0; 4])],
+                    vec![attr("num_groups", A::I(v))],
+                )
+            },
+        ),
+        fam(
+            "LayerNormalization axis",
+            "LayerNormalization",
+            true,
+            move |v| {
+                one_node(
+                    "LayerNormalization",
+                    Some(x23),
+                    &["x", "s"],
+                    vec![floats("s", &[1.0; 3])],
+                    vec![attr("axis", A::I(v))],
+                )
+            },
+        ),
+        fam("Einsum equation (repeat)", "Einsum", false, move |v| {
+            let eq = if v > 0 { "ij->ij" } else { "ii->i" };
+            with_attr("Einsum", x23, attr("equation", A::S(eq)))
+        }),
+        fam("Constant value dims", "Constant", true, |v| {
+            let mut n = node("Constant", "n", &[], &["y"]);
+            let mut t = floats("", &[1.0]);
+            t.dims = vec![v, v];
+            n.attribute = vec![proto::AttributeProto {
+                name: "value".into(),
+                r#type: AttributeType::Tensor as i32,
+                t: Some(t),
+                ..Default::default()
+            }];
+            model(vec![n], vec![], &["y"])
+        }),
+        fam("Initializer dims", "Add", true, move |v| {
+            let mut t = floats("w", &[1.0]);
+            t.dims = vec![v, v];
+            one_node("Add", Some(x23), &["x", "w"], vec![t], vec![])
+        }),
+        fam("Input dims", "Relu", true, |v| {
+            one_node("Relu", Some(&[v, v, v]), &["x"], vec![], vec![])
+        }),
+        fam(
+            "Empty input, huge reduction",
+            "GlobalAveragePool",
+            true,
+            |v| {
+                one_node(
+                    "GlobalAveragePool",
+                    Some(&[0, 1, v, v]),
+                    &["x"],
+                    vec![],
+                    vec![],
+                )
+            },
+        ),
+        fam("Empty input, huge ReduceSum", "ReduceSum", true, |v| {
+            with_const("ReduceSum", &[0, 1, v, v], ints("a", &[1, 2]))
+        }),
+    ]
+}
+
+fn float_families() -> Vec<(&'static str, &'static str, Box<dyn Fn(f32) -> Vec<u8>>)> {
+    vec![
+        (
+            "Resize scales",
+            "Resize",
+            Box::new(|v| {
+                one_node(
+                    "Resize",
+                    Some(&[1, 1, 2, 2]),
+                    &["x", "", "s"],
+                    vec![floats("s", &[1.0, 1.0, v, 2.0])],
+                    vec![],
+                )
+            }),
+        ),
+        (
+            "Upsample scales",
+            "Upsample",
+            Box::new(|v| {
+                let mut m = proto::ModelProto::decode(
+                    &one_node(
+                        "Upsample",
+                        Some(&[1, 1, 2, 2]),
+                        &["x", "s"],
+                        vec![floats("s", &[1.0, 1.0, v, 2.0])],
+                        vec![],
+                    )[..],
+                )
+                .unwrap();
+                m.opset_import[0].version = 9;
+                m.encode_to_vec()
+            }),
+        ),
+        (
+            "Range limit (float)",
+            "Range",
+            Box::new(|v| {
+                one_node(
+                    "Range",
+                    None,
+                    &["a", "b", "c"],
+                    vec![
+                        float_scalar("a", 0.0),
+                        float_scalar("b", v),
+                        float_scalar("c", 1.0),
+                    ],
+                    vec![],
+                )
+            }),
+        ),
+        (
+            "Range delta (float)",
+            "Range",
+            Box::new(|v| {
+                one_node(
+                    "Range",
+                    None,
+                    &["a", "b", "c"],
+                    vec![
+                        float_scalar("a", 0.0),
+                        float_scalar("b", 10.0),
+                        float_scalar("c", v),
+                    ],
+                    vec![],
+                )
+            }),
+        ),
+        (
+            "Range start (float)",
+            "Range",
+            Box::new(|v| {
+                one_node(
+                    "Range",
+                    None,
+                    &["a", "b", "c"],
+                    vec![
+                        float_scalar("a", v),
+                        float_scalar("b", 10.0),
+                        float_scalar("c", 1.0),
+                    ],
+                    vec![],
+                )
+            }),
+        ),
+    ]
+}
+
+#[test]
+fn shapes_from_attributes_and_constants_are_checked() {
+    // (case, op, model, must fail)
+    let mut cases: Vec<(String, &str, Vec<u8>, bool)> = Vec::new();
+    for f in int_families() {
+        let bad = BAD_INTS.iter().map(|&v| (v, f.bad_must_fail));
+        for (v, must_fail) in bad.chain(EDGE_INTS.iter().map(|&v| (v, false))) {
+            cases.push((format!("{} = {v}", f.name), f.op, (f.build)(v), must_fail));
+        }
+    }
+    for (name, op, build) in float_families() {
+        let bad = BAD_FLOATS.iter().map(|&v| (v, true));
+        for (v, must_fail) in bad.chain(EDGE_FLOATS.iter().map(|&v| (v, false))) {
+            cases.push((format!("{name} = {v}"), op, build(v), must_fail));
+        }
+    }
+    let mut failures = Vec::new();
+    let mut errors = 0;
+    for (case, op, bytes, must_fail) in &cases {
+        match try_compile(bytes) {
+            Err(p) => failures.push(format!("{case}: panicked: {p}")),
+            Ok(Ok(())) if *must_fail => failures.push(format!("{case}: compiled")),
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                errors += 1;
+                assert_clear(&e, op, case);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of the hostile cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(errors > 100, "only {errors} cases were errors");
+}
+
+#[test]
+fn the_size_ceiling_is_configurable_and_checked_on_the_arena() {
+    // f32[1024, 1024] = 4 MiB: over a 1 MiB ceiling as a tensor.
+    let bytes = one_node("Relu", Some(&[1024, 1024]), &["x"], vec![], vec![]);
+    let opts = |max| collage_build::pipeline::Options {
+        max_tensor_bytes: max,
+        ..Default::default()
+    };
+    let g = import_bytes(&bytes, Path::new("test.onnx")).unwrap();
+    let e = collage_build::pipeline::compile(g, "t", &opts(1 << 20)).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`x`") && msg.contains("1048576 bytes"),
+        "{msg}"
+    );
+    let g = import_bytes(&bytes, Path::new("test.onnx")).unwrap();
+    assert!(collage_build::pipeline::compile(g, "t", &opts(8 << 20)).is_ok());
+
+    // Two outputs of 3 MiB each that fit one by one, in an arena that does not.
+    let bytes = model(
+        vec![
+            node("Exp", "e", &["x"], &["a"]),
+            node("Sin", "s", &["x"], &["b"]),
+        ],
+        vec![vi("x", &[768, 1024])],
+        &["a", "b"],
+    );
+    let g = import_bytes(&bytes, Path::new("test.onnx")).unwrap();
+    let e = collage_build::pipeline::compile(g, "t", &opts(4 << 20)).unwrap_err();
+    assert!(e.to_string().contains("arena"), "{e}");
+}

@@ -22,6 +22,7 @@ pub struct Build {
     backends: String,
     greedy: bool,
     threads: usize,
+    max_tensor_bytes: u64,
     out_dir: Option<PathBuf>,
     manifest_dir: Option<PathBuf>,
     cargo: bool,
@@ -104,6 +105,14 @@ impl Build {
         self
     }
 
+    /// The largest tensor and activation arena a model may have, in bytes (default 64 GiB; never
+    /// more than the target's address space). A model file is untrusted input: one whose sizes
+    /// exceed this is an error naming the node and the size, not a build that allocates them.
+    pub fn max_tensor_bytes(mut self, bytes: u64) -> Self {
+        self.max_tensor_bytes = bytes;
+        self
+    }
+
     /// Overrides `$OUT_DIR` (for use outside build scripts).
     pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.out_dir = Some(dir.into());
@@ -149,6 +158,7 @@ impl Build {
             cache: None,
             target: Some(target.clone()),
             threads: self.threads,
+            max_tensor_bytes: self.max_tensor_bytes,
         };
         let mut cache_path = None;
         if let Some(cache) = &self.cost_cache {
@@ -323,6 +333,7 @@ impl Build {
         path: &Path,
         evolve: bool,
     ) -> Result<()> {
+        g.limits = opts.limits();
         crate::passes::run(&mut g, crate::passes::PIPELINE)?;
         let work = out.join("tune");
         let budget = crate::explain::default_budget();

@@ -36,6 +36,20 @@ pub struct Options {
     /// The thread count the model will mostly run on (0: one): placements recorded by
     /// `collage tune --evolve` are per thread count.
     pub threads: usize,
+    /// The ceiling of [`crate::ir::Limits`] in bytes (0: the default, 64 GiB); never more than
+    /// the target's address space.
+    pub max_tensor_bytes: u64,
+}
+
+impl Options {
+    /// The size limits a graph compiled with these options is checked against.
+    pub fn limits(&self) -> crate::ir::Limits {
+        let ceiling = match self.max_tensor_bytes {
+            0 => crate::ir::Limits::DEFAULT_CEILING,
+            n => n,
+        };
+        crate::ir::Limits::for_build_target(ceiling)
+    }
 }
 
 /// What placement decided, for reports.
@@ -541,6 +555,7 @@ pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<&'static str
 /// Compiles an imported graph on the backends of `opts`: passes, placement, lowering that
 /// follows it, fusion, arena, C and glue.
 pub fn compile(mut g: Graph, symbol: &str, opts: &Options) -> Result<Compiled> {
+    g.limits = opts.limits();
     crate::passes::run(&mut g, crate::passes::PIPELINE)?;
     let target = opts
         .target

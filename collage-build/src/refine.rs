@@ -249,6 +249,7 @@ pub fn evolve_model(
             cache: Some(snapshot.clone()),
             target: Some(target.clone()),
             threads,
+            ..Options::default()
         };
         let parts = place_graph(g, &o, target)?.placement.parts;
         let (m, src) = time(&parts)?;

@@ -148,6 +148,10 @@ struct PlaceArgs {
     /// analytic cost model.
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// The largest tensor and activation arena the model may have, in bytes (default 64 GiB,
+    /// never more than the target's address space): a larger one is an error naming the node.
+    #[arg(long, default_value_t = collage_build::ir::Limits::DEFAULT_CEILING)]
+    max_tensor_bytes: u64,
 }
 
 impl PlaceArgs {
@@ -173,6 +177,7 @@ impl PlaceArgs {
             cache,
             target: Some(target),
             threads: 0,
+            max_tensor_bytes: self.max_tensor_bytes,
         })
     }
 }

@@ -63,6 +63,9 @@ pub struct Graph {
     pub inputs: Vec<ValueId>,
     /// Outputs, in signature order.
     pub outputs: Vec<ValueId>,
+    /// The largest tensor and arena the model may have (checked by shape inference and after
+    /// arena planning).
+    pub limits: super::Limits,
 }
 
 impl Node {

@@ -6,5 +6,5 @@ mod verify;
 
 pub use graph::{Graph, Node, NodeId, ValueData, ValueId};
 pub use tensor::Tensor;
-pub use types::{strides, DType, TensorType};
+pub use types::{strides, DType, Limits, TensorType};
 pub use verify::verify;

@@ -149,14 +149,25 @@ impl TensorType {
         }
     }
 
-    /// Number of elements.
+    /// Number of elements (saturating at `usize::MAX`: every type in a graph that passed the
+    /// size check of [`Limits`] is far below it).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
     }
 
-    /// Size in bytes.
+    /// Size in bytes (saturating, like [`TensorType::numel`]).
     pub fn bytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.checked_bytes().unwrap_or(usize::MAX)
+    }
+
+    /// Number of elements, `None` when it overflows `usize`.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// Size in bytes, `None` when it overflows `usize`.
+    pub fn checked_bytes(&self) -> Option<usize> {
+        self.checked_numel()?.checked_mul(self.dtype.size())
     }
 
     /// Rank.
@@ -170,11 +181,83 @@ impl TensorType {
     }
 }
 
+/// The largest tensor and arena a compiled model may have, in bytes: what fits the target's
+/// address space, and a configurable ceiling below it. Every value of a graph is checked against
+/// it at import and after every operator's type inference, and the arena after planning, so the
+/// generated code never meets a size it cannot address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Largest size in bytes of one tensor, and of the activation arena.
+    pub max_bytes: usize,
+}
+
+impl Limits {
+    /// The default ceiling: 64 GiB per tensor and for the arena.
+    pub const DEFAULT_CEILING: u64 = 1 << 36;
+
+    /// The limits for a target whose pointers are `pointer_bits` wide (objects are at most
+    /// `isize::MAX` bytes there), with `ceiling` bytes as the configured maximum.
+    pub fn for_target(pointer_bits: u32, ceiling: u64) -> Limits {
+        let address_space = if pointer_bits >= 64 {
+            i64::MAX as u64
+        } else {
+            (1u64 << pointer_bits.saturating_sub(1).max(1)) - 1
+        };
+        let max = ceiling.min(address_space).min(isize::MAX as u64);
+        Limits {
+            max_bytes: max as usize,
+        }
+    }
+
+    /// The limits of the target being built: Cargo's `CARGO_CFG_TARGET_POINTER_WIDTH` in a build
+    /// script, else this host's.
+    pub fn for_build_target(ceiling: u64) -> Limits {
+        let bits = std::env::var("CARGO_CFG_TARGET_POINTER_WIDTH")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(usize::BITS);
+        Limits::for_target(bits, ceiling)
+    }
+
+    /// `Err` with a message when `ty` is larger than the limit (or its size overflows).
+    pub fn check(&self, ty: &TensorType) -> Result<(), String> {
+        // An empty dimension makes the tensor empty, but loops and reductions still multiply
+        // the others: their product (each 0 counted as 1) is bounded as well.
+        let extents = ty
+            .shape
+            .iter()
+            .try_fold(ty.dtype.size(), |n, &d| n.checked_mul(d.max(1)));
+        if ty.numel() == 0 && extents.is_none_or(|b| b > self.max_bytes) {
+            return Err(format!(
+                "{ty} is empty, but its other dimensions multiply past the limit of {} bytes",
+                self.max_bytes
+            ));
+        }
+        match ty.checked_bytes() {
+            Some(b) if b <= self.max_bytes => Ok(()),
+            Some(b) => Err(format!(
+                "{ty} is {b} bytes, over the limit of {} bytes (raise it with Build::max_tensor_bytes / --max-tensor-bytes if the target can hold it)",
+                self.max_bytes
+            )),
+            None => Err(format!(
+                "the size of {ty} overflows the address space (the limit is {} bytes)",
+                self.max_bytes
+            )),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::for_target(usize::BITS, Limits::DEFAULT_CEILING)
+    }
+}
+
 /// Row-major strides in elements of `shape`.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+    let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }

@@ -516,7 +516,8 @@ pub const OPS: &[(&str, Constructor)] = &[
         Ok(Arc::new(e))
     }),
     ("Cast", |cx| {
-        let to = cx.attrs.int("to", 0)? as i32;
+        // A code outside i32 is no type (not a truncated one).
+        let to = i32::try_from(cx.attrs.int("to", 0)?).unwrap_or(-1);
         let d = DType::from_onnx(to)
             .ok_or_else(|| OpError::Unsupported(format!("Cast to {}", DType::onnx_name(to))))?;
         Ok(Arc::new(ew("Cast", ALL, OutTy::To(d), |_, a, d| {

@@ -2,7 +2,8 @@
 use std::sync::Arc;
 
 use super::{
-    check_dtype, norm_axis, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator, ALL,
+    check_dtype, dim_add, dim_from_i64, dim_mul, norm_axis, Constructor, InferCx, LowerCx, OpCx,
+    OpKind, OpResult, Operator, ALL, MAX_DIM,
 };
 use crate::error::OpError;
 use crate::ir::{DType, TensorType};
@@ -271,14 +272,14 @@ impl Split {
         };
         let sizes: Vec<usize> = match split {
             Some(s) => {
-                if s.iter().any(|&v| v < 0) {
-                    return Err(OpError::expected(
-                        "non-negative split sizes",
-                        format!("{s:?}"),
-                    ));
-                }
-                let s: Vec<usize> = s.iter().map(|&v| v as usize).collect();
-                if s.iter().sum::<usize>() != dim {
+                let s = s
+                    .iter()
+                    .map(|&v| dim_from_i64(v, "split sizes"))
+                    .collect::<OpResult<Vec<usize>>>()?;
+                let total = s
+                    .iter()
+                    .try_fold(0usize, |t, &v| dim_add(t, v, "the sum of the split sizes"))?;
+                if total != dim {
                     return Err(OpError::expected(
                         format!("split sizes summing to dimension {axis} ({dim})"),
                         format!("{s:?}"),
@@ -380,7 +381,7 @@ fn split(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
         None
     };
     if let Some(n) = num_outputs {
-        if n as usize != cx.n_outputs {
+        if usize::try_from(n).ok() != Some(cx.n_outputs) {
             return Err(OpError::expected(
                 format!(
                     "num_outputs equal to the number of outputs ({})",
@@ -400,6 +401,27 @@ fn split(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
 
 // ---------------------------------------------------------------------------------------------
 // Gather, GatherElements
+
+/// Checks constant indices (input 1) into dimension `axis` of input 0: ONNX makes an index
+/// outside `[-n, n)` an error. Run-time indices are clamped by the lowering instead.
+fn check_const_indices(cx: &InferCx, axis: usize) -> OpResult<()> {
+    let Some(t) = cx.consts.get(1).and_then(|c| c.as_deref()) else {
+        return Ok(());
+    };
+    let x = cx.input(0)?;
+    let n = x.shape[axis];
+    let (lo, hi) = (-(n as i128), n as i128);
+    for k in 0..t.numel() {
+        let i = t.get_i64(k);
+        if (i as i128) < lo || (i as i128) >= hi {
+            return Err(OpError::expected(
+                format!("indices in [-{n}, {n}) (dimension {axis} of {x})"),
+                i,
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// `Gather`: `out[a.., i.., b..] = data[a.., indices[i..], b..]` along `axis`.
 #[derive(Debug)]
@@ -424,6 +446,7 @@ impl Operator for Gather {
             return Err(OpError::expected("input 0 of rank >= 1", x));
         }
         let axis = norm_axis(self.axis, x.rank())?;
+        check_const_indices(cx, axis)?;
         let mut shape = x.shape[..axis].to_vec();
         shape.extend_from_slice(&cx.input(1)?.shape);
         shape.extend_from_slice(&x.shape[axis + 1..]);
@@ -471,6 +494,7 @@ impl Operator for GatherElements {
             ));
         }
         let axis = norm_axis(self.axis, x.rank())?;
+        check_const_indices(cx, axis)?;
         for k in 0..x.rank() {
             if k != axis && i.shape[k] > x.shape[k] {
                 return Err(OpError::expected(
@@ -515,6 +539,16 @@ struct Pad {
     value: f32,
 }
 
+/// The part of a dimension of size `d` that pads `(b, e)` keep (negative pads crop), exact.
+fn kept_len(d: usize, b: i64, e: i64) -> i128 {
+    d as i128 + b.min(0) as i128 + e.min(0) as i128
+}
+
+/// The size of a dimension of size `d` padded by `(b, e)`, exact.
+fn padded_len(d: usize, b: i64, e: i64) -> i128 {
+    d as i128 + b as i128 + e as i128
+}
+
 impl Pad {
     /// Begin and end pads of every dimension.
     fn pads(&self, cx: &InferCx) -> OpResult<Vec<(i64, i64)>> {
@@ -544,11 +578,17 @@ impl Pad {
             out[a] = (pads[k], pads[k + n]);
         }
         for (k, &(b, e)) in out.iter().enumerate() {
-            let d = x.shape[k] as i64;
-            let kept = d + b.min(0) + e.min(0);
-            if kept < 0 || kept + b.max(0) + e.max(0) < 0 {
+            let d = x.shape[k];
+            let kept = kept_len(d, b, e);
+            if kept < 0 {
                 return Err(OpError::expected(
                     format!("pads of dimension {k} that crop at most its size ({d})"),
+                    format!("({b}, {e})"),
+                ));
+            }
+            if padded_len(d, b, e) > MAX_DIM as i128 {
+                return Err(OpError::expected(
+                    format!("pads of dimension {k} ({d}) giving a size at most 2^48"),
                     format!("({b}, {e})"),
                 ));
             }
@@ -584,12 +624,13 @@ impl Operator for Pad {
             }
         }
         let pads = self.pads(cx)?;
+        // In [0, MAX_DIM]: checked by `pads`.
         let shape: Vec<usize> = cx
             .input(0)?
             .shape
             .iter()
             .zip(&pads)
-            .map(|(&n, &(b, e))| (n as i64 + b + e) as usize)
+            .map(|(&n, &(b, e))| padded_len(n, b, e) as usize)
             .collect();
         Ok(vec![TensorType::new(d, shape)])
     }
@@ -604,8 +645,10 @@ impl Operator for Pad {
         let mut idx = Vec::with_capacity(x.rank());
         let mut inside: Option<Expr> = None;
         for (k, &(b, e)) in pads.iter().enumerate() {
-            let crop = (-b).max(0);
-            let kept = x.shape[k] as i64 + b.min(0) + e.min(0);
+            // `pads` checked that the kept part is in [0, padded size] (at most MAX_DIM) and
+            // that the crops are at most the input size.
+            let crop = b.min(0).unsigned_abs() as i64;
+            let kept = kept_len(x.shape[k], b, e) as i64;
             let v = Expr::var(k);
             if b <= 0 && e <= 0 {
                 idx.push(v.add(Expr::i(crop)));
@@ -715,13 +758,13 @@ impl Tile {
             const_ints(cx, 1, "repeats")?
                 .ok_or_else(|| OpError::expected("input 1 (repeats)", "none"))?
         };
-        if reps.len() != rank || reps.iter().any(|&r| r < 0) {
+        if reps.len() != rank {
             return Err(OpError::expected(
                 format!("{rank} non-negative repeats (one per dimension)"),
                 format!("{reps:?}"),
             ));
         }
-        Ok(reps.iter().map(|&r| r as usize).collect())
+        reps.iter().map(|&r| dim_from_i64(r, "repeats")).collect()
     }
 }
 
@@ -737,13 +780,13 @@ impl Operator for Tile {
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
         let d = check_dtype(cx, 0, ALL)?;
         let reps = self.repeats(cx)?;
-        let shape: Vec<usize> = cx
+        let shape = cx
             .input(0)?
             .shape
             .iter()
             .zip(&reps)
-            .map(|(&n, &r)| n * r)
-            .collect();
+            .map(|(&n, &r)| dim_mul(n, r, "tiled dimensions"))
+            .collect::<OpResult<Vec<usize>>>()?;
         Ok(vec![TensorType::new(d, shape)])
     }
 
@@ -859,15 +902,21 @@ impl Operator for Rearrange {
             return Err(OpError::expected("input 0 of rank 4 (N, C, H, W)", x));
         }
         let b = self.blocksize;
+        let bb = dim_mul(b, b, "blocksize^2")?;
         let (n, c, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
         let shape = if self.to_space {
-            if c % (b * b) != 0 {
+            if c % bb != 0 {
                 return Err(OpError::expected(
-                    format!("channels divisible by blocksize^2 ({})", b * b),
+                    format!("channels divisible by blocksize^2 ({bb})"),
                     c,
                 ));
             }
-            vec![n, c / (b * b), h * b, w * b]
+            vec![
+                n,
+                c / bb,
+                dim_mul(h, b, "DepthToSpace height")?,
+                dim_mul(w, b, "DepthToSpace width")?,
+            ]
         } else {
             if h % b != 0 || w % b != 0 {
                 return Err(OpError::expected(
@@ -875,7 +924,7 @@ impl Operator for Rearrange {
                     x,
                 ));
             }
-            vec![n, c * b * b, h / b, w / b]
+            vec![n, dim_mul(c, bb, "SpaceToDepth channels")?, h / b, w / b]
         };
         Ok(vec![TensorType::new(d, shape)])
     }
@@ -928,8 +977,8 @@ fn rearrange(cx: &OpCx, to_space: bool) -> OpResult<Arc<dyn Operator>> {
         .attrs
         .opt_int("blocksize")?
         .ok_or_else(|| OpError::expected("attribute `blocksize`", "none"))?;
-    if b < 1 {
-        return Err(OpError::expected("blocksize >= 1", b));
+    if b < 1 || b > MAX_DIM as i64 {
+        return Err(OpError::expected("blocksize in [1, 2^48]", b));
     }
     let has_mode = if to_space {
         cx.opset >= 11

@@ -2,8 +2,8 @@
 use std::sync::Arc;
 
 use super::{
-    check_dtype, norm_axis, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator,
-    FLOATS, NUMERIC,
+    check_dtype, dim_add, dim_from_f64, dim_from_i64, dim_mul, norm_axis, Constructor, InferCx,
+    LowerCx, OpCx, OpKind, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
 use crate::ir::{DType, Tensor, TensorType};
@@ -319,10 +319,7 @@ impl Resize {
                 ));
             }
             for (k, &a) in axes.iter().enumerate() {
-                if sizes[k] < 0 {
-                    return Err(OpError::expected("non-negative sizes", sizes[k]));
-                }
-                out[a] = sizes[k] as usize;
+                out[a] = dim_from_i64(sizes[k], "Resize sizes")?;
                 scales[a] = sizes[k] as f64 / in_shape[a] as f64;
             }
             if self.aspect != Aspect::Stretch {
@@ -334,7 +331,12 @@ impl Resize {
                 };
                 for &a in &axes {
                     scales[a] = s;
-                    out[a] = (s * in_shape[a] as f64 + 0.5) as usize;
+                    // An empty dimension stays empty (whatever `s`, infinite from a 0 divisor).
+                    out[a] = if in_shape[a] == 0 {
+                        0
+                    } else {
+                        dim_from_f64(s * in_shape[a] as f64 + 0.5, "Resize output sizes")?
+                    };
                 }
             }
         } else if has_scales {
@@ -353,7 +355,7 @@ impl Resize {
                     return Err(OpError::expected("positive scales", sc[k]));
                 }
                 scales[a] = sc[k];
-                out[a] = (sc[k] * in_shape[a] as f64) as usize;
+                out[a] = dim_from_f64(sc[k] * in_shape[a] as f64, "Resize output sizes")?;
             }
         } else {
             return Err(OpError::expected("`scales` or `sizes`", "neither"));
@@ -387,7 +389,7 @@ impl Resize {
                 roi[a] = (v[k], v[n + k]);
             }
         }
-        let axes = axes
+        let axes: Vec<usize> = axes
             .into_iter()
             .filter(|&a| {
                 let identity = (scales[a] - 1.0).abs() <= 1e-9 * scales[a].abs().max(1.0)
@@ -396,6 +398,14 @@ impl Resize {
                 !identity
             })
             .collect();
+        // The filter of a linear/cubic axis (the antialiased one widens as the scale shrinks):
+        // its taps per output position must stay in range. An empty output is never lowered.
+        if self.mode != RMode::Nearest && !out.contains(&0) {
+            for &a in &axes {
+                let (n, _) = self.taps(scales[a])?;
+                dim_mul(out[a], n, "Resize filter taps times output size")?;
+            }
+        }
         Ok(Plan {
             scales,
             out,
@@ -448,11 +458,19 @@ impl Resize {
     }
 
     /// Number of taps and kernel scale of the linear/cubic filter for `scale`.
-    fn taps(&self, scale: f64) -> (usize, f64) {
+    fn taps(&self, scale: f64) -> OpResult<(usize, f64)> {
         let ks = if self.antialias { scale.min(1.0) } else { 1.0 };
         let reach = if self.mode == RMode::Cubic { 2.0 } else { 1.0 };
-        let start = (-reach / ks).floor() as i64 + 1;
-        ((2 - 2 * start) as usize, ks)
+        let lo = (-reach / ks).floor();
+        // `lo` in [-MAX_DIM, -1]: the count `2 - 2 * start` below is then in [2, 2 * MAX_DIM].
+        if lo.is_nan() || lo < -(MAX_DIM as f64) {
+            return Err(OpError::expected(
+                "a Resize scale for which the antialias filter has at most 2^49 taps",
+                scale,
+            ));
+        }
+        let start = lo as i64 + 1;
+        Ok(((2 - 2 * start) as usize, ks))
     }
 
     /// The filter weight at distance `d` (F64, already scaled).
@@ -506,6 +524,11 @@ impl Operator for Resize {
         let out_d = x.dtype;
         if p.axes.is_empty() {
             return Ok(vec![Src::Arg(0)]);
+        }
+        if p.out.contains(&0) {
+            // Nothing to interpolate (and no filter to size for a vanishing scale).
+            let out = cx.output(0).clone();
+            return Ok(vec![cx.stage(out, Expr::c(out_d, 0.0))]);
         }
         let mut cur = Src::Arg(0);
         let mut shape = x.shape.clone();
@@ -576,7 +599,7 @@ impl Operator for Resize {
                 shape = new_shape;
                 continue;
             }
-            let (n, ks) = self.taps(scale);
+            let (n, ks) = self.taps(scale)?;
             let first = 1 - (n as i64) / 2;
             let x = Expr::load(xo, vec![Expr::var(0)]);
             let xf = xf_of(x.clone());
@@ -977,12 +1000,13 @@ fn attention_ctor(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
     let a = cx.attrs;
     let softmax_precision = match a.opt_int("softmax_precision")? {
         None => None,
-        Some(code) => match DType::from_onnx(code as i32) {
+        // A code outside i32 is no type (not a truncated one).
+        Some(code) => match DType::from_onnx(i32::try_from(code).unwrap_or(-1)) {
             Some(d) if d.is_float() => Some(d),
             _ => {
                 return Err(OpError::Unsupported(format!(
                     "Attention softmax_precision {}",
-                    DType::onnx_name(code as i32)
+                    DType::onnx_name(i32::try_from(code).unwrap_or(-1))
                 )))
             }
         },
@@ -1056,7 +1080,10 @@ impl Attention {
                     format!("{qh}, {kvh}"),
                 ));
             }
-            let (qh, kvh) = (qh as usize, kvh as usize);
+            let (qh, kvh) = (
+                dim_from_i64(qh, "q_num_heads")?,
+                dim_from_i64(kvh, "kv_num_heads")?,
+            );
             if q.shape[2] % qh != 0 || k.shape[2] % kvh != 0 || v.shape[2] % kvh != 0 {
                 return Err(bad("hidden sizes divisible by the head counts"));
             }
@@ -1119,7 +1146,7 @@ impl Attention {
                 ));
             }
         }
-        let total = past + skv;
+        let total = dim_add(past, skv, "past plus current sequence length")?;
         if let Some(m) = in_ty(inputs, ATT_MASK) {
             if m.dtype != DType::Bool && m.dtype != dtype {
                 return Err(OpError::expected(
@@ -1295,7 +1322,11 @@ impl Operator for Attention {
         let dm = self.dims(cx.inputs)?;
         let d = dm.dtype;
         let y = if dm.three_d {
-            vec![dm.b, dm.sq, dm.hq * dm.dv]
+            vec![
+                dm.b,
+                dm.sq,
+                dim_mul(dm.hq, dm.dv, "Attention output hidden size")?,
+            ]
         } else {
             vec![dm.b, dm.hq, dm.sq, dm.dv]
         };

@@ -345,3 +345,49 @@ pub const FLOATS: &[DType] = &[DType::F32, DType::F64];
 pub const NUMERIC: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64];
 /// Every type.
 pub const ALL: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+
+/// Largest extent of one dimension an operator may compute (2^48: every byte of a 64-bit address
+/// space is far below it times an element size; sizes are checked against the configured limit
+/// after inference, this only keeps the arithmetic of shape computations in range).
+pub const MAX_DIM: usize = 1 << 48;
+
+/// A dimension given as an integer (an attribute or a constant input): non-negative and at most
+/// [`MAX_DIM`].
+pub fn dim_from_i64(v: i64, what: &str) -> OpResult<usize> {
+    if v < 0 || v as u64 > MAX_DIM as u64 {
+        return Err(OpError::expected(format!("{what} in [0, 2^48]"), v));
+    }
+    Ok(v as usize)
+}
+
+/// A dimension computed in floating point (Resize scales, Range counts): finite, non-negative
+/// and at most [`MAX_DIM`] after `floor`.
+pub fn dim_from_f64(v: f64, what: &str) -> OpResult<usize> {
+    if !v.is_finite() || v < 0.0 || v.floor() > MAX_DIM as f64 {
+        return Err(OpError::expected(
+            format!("{what} finite and in [0, 2^48]"),
+            v,
+        ));
+    }
+    Ok(v.floor() as usize)
+}
+
+/// `a * b` for dimensions, or an error naming `what` when the product exceeds [`MAX_DIM`].
+pub fn dim_mul(a: usize, b: usize, what: &str) -> OpResult<usize> {
+    a.checked_mul(b)
+        .filter(|&p| p <= MAX_DIM)
+        .ok_or_else(|| OpError::expected(format!("{what} at most 2^48"), format!("{a} * {b}")))
+}
+
+/// `a + b` for dimensions, or an error naming `what` when the sum exceeds [`MAX_DIM`].
+pub fn dim_add(a: usize, b: usize, what: &str) -> OpResult<usize> {
+    a.checked_add(b)
+        .filter(|&p| p <= MAX_DIM)
+        .ok_or_else(|| OpError::expected(format!("{what} at most 2^48"), format!("{a} + {b}")))
+}
+
+/// The element count of `shape`, or an error when it exceeds [`MAX_DIM`] (a shape read from
+/// a constant, e.g. Reshape's, is checked before anything divides by or indexes with it).
+pub fn shape_numel(shape: &[usize], what: &str) -> OpResult<usize> {
+    shape.iter().try_fold(1usize, |n, &d| dim_mul(n, d, what))
+}

@@ -2,8 +2,8 @@
 use std::sync::Arc;
 
 use super::{
-    check_dtype, norm_axis, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator,
-    FLOATS, NUMERIC,
+    check_dtype, dim_from_i64, dim_mul, norm_axis, shape_numel, Constructor, InferCx, LowerCx,
+    OpCx, OpKind, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
 use crate::ir::{DType, TensorType};
@@ -76,7 +76,8 @@ struct Geom {
     out: Vec<usize>,
 }
 
-/// A per-dimension attribute list of length `r` (default `dflt`), every value at least `min`.
+/// A per-dimension attribute list of length `r` (default `dflt`), every value in
+/// `[min, MAX_DIM]` (so that sums and products of two of them stay far inside `i64`).
 fn dims_attr(
     v: &Option<Vec<i64>>,
     r: usize,
@@ -88,15 +89,41 @@ fn dims_attr(
         None => Ok(vec![dflt; r]),
         Some(v) if v.is_empty() => Ok(vec![dflt; r]),
         Some(v) => {
-            if v.len() != r || v.iter().any(|&x| x < min) {
+            if v.len() != r || v.iter().any(|&x| x < min || x > MAX_DIM as i64) {
                 return Err(OpError::expected(
-                    format!("{what}: {r} values >= {min}"),
+                    format!("{what}: {r} values in [{min}, 2^48]"),
                     format!("{v:?}"),
                 ));
             }
             Ok(v.clone())
         }
     }
+}
+
+/// A spatial input size as `i64`, at most [`MAX_DIM`].
+fn spatial_i64(i: usize, input: &[usize]) -> OpResult<i64> {
+    if i > MAX_DIM {
+        return Err(OpError::expected(
+            "spatial input dimensions at most 2^48",
+            format!("{input:?}"),
+        ));
+    }
+    Ok(i as i64)
+}
+
+/// The extent `(k - 1) * d + 1` of a kernel of `k` points dilated by `d`, at most [`MAX_DIM`]
+/// (`k` and `d` are at most [`MAX_DIM`] already; `k` may be 0, from empty weights).
+fn dilated_extent(k: usize, d: i64, kernel: &[usize], dil: &[i64]) -> OpResult<i64> {
+    (k as i64 - 1)
+        .checked_mul(d)
+        .map(|e| e + 1)
+        .filter(|&e| e <= MAX_DIM as i64)
+        .ok_or_else(|| {
+            OpError::expected(
+                "dilated kernel extents (kernel - 1) * dilation + 1 at most 2^48",
+                format!("kernel {kernel:?}, dilations {dil:?}"),
+            )
+        })
 }
 
 impl Window {
@@ -116,7 +143,15 @@ impl Window {
                 }
                 Ok(k)
             }
-            (None, Some(w)) => Ok(w.to_vec()),
+            (None, Some(w)) => {
+                if w.iter().any(|&x| x > MAX_DIM) {
+                    return Err(OpError::expected(
+                        "weights' spatial dimensions at most 2^48",
+                        format!("{w:?}"),
+                    ));
+                }
+                Ok(w.to_vec())
+            }
             (None, None) => Err(OpError::expected("attribute kernel_shape", "none")),
         }
     }
@@ -131,9 +166,11 @@ impl Window {
         let mut pb = vec![0i64; r];
         let mut pe = vec![0i64; r];
         let mut out = vec![0usize; r];
+        // Every term below is at most MAX_DIM in magnitude (input, kernel extent, stride, pads),
+        // so the sums and the products `(o - 1) * s` (at most the padded input) fit `i64`.
         for j in 0..r {
-            let (i, s) = (input[j] as i64, strides[j]);
-            let dk = (kernel[j] as i64 - 1) * dil[j] + 1;
+            let (i, s) = (spatial_i64(input[j], input)?, strides[j]);
+            let dk = dilated_extent(kernel[j], dil[j], &kernel, &dil)?;
             let o = match self.auto_pad {
                 AutoPad::NotSet => {
                     pb[j] = pads[j];
@@ -179,7 +216,7 @@ impl Window {
                     ),
                 ));
             }
-            out[j] = o as usize;
+            out[j] = dim_from_i64(o, "output spatial sizes")?;
         }
         Ok(Geom {
             input: input.to_vec(),
@@ -381,10 +418,20 @@ impl Conv {
     ) -> Option<Vec<Src>> {
         let d = out.dtype;
         let (n, c, m) = (x.shape[0], x.shape[1], w.shape[0]);
-        let p: usize = geo.out.iter().product();
-        let window: usize = geo.kernel.iter().product();
-        let k = c * window;
-        if self.group != 1 || d != DType::F32 || p < 16 || k * p * 4 > MAX_IM2COL_BYTES {
+        // Checked: the weights (hence the kernel) may be empty with large other dimensions.
+        let p = geo.out.iter().try_fold(1usize, |a, &b| a.checked_mul(b))?;
+        let window = geo
+            .kernel
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))?;
+        let k = c.checked_mul(window)?;
+        let col_bytes = k.checked_mul(p).and_then(|v| v.checked_mul(4));
+        if self.group != 1
+            || d != DType::F32
+            || p < 16
+            || window == 0
+            || !matches!(col_bytes, Some(b) if b <= MAX_IM2COL_BYTES)
+        {
             return None;
         }
         let (pos, cond) = geo.positions(1);
@@ -392,7 +439,9 @@ impl Conv {
             && cond.is_none()
             && geo.strides.iter().all(|&s| s == 1)
             && geo.pb.iter().all(|&b| b == 0);
-        let spatial_in: usize = x.shape[2..].iter().product();
+        let spatial_in = x.shape[2..]
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))?;
         let col_ty = TensorType::new(d, vec![n, k, p]);
         // Small images: col is laid out [n, ci, window.., out..] and written without index
         // arithmetic; large ones: [n, K, P] (which the code generator stores in column panels).
@@ -503,7 +552,7 @@ impl Operator for Conv {
         }
         let g = self.group;
         let (c, m) = (x.shape[1], w.shape[0]);
-        if g == 0 || c % g != 0 || m % g != 0 || w.shape[1] * g != c {
+        if g == 0 || c % g != 0 || m % g != 0 || w.shape[1].checked_mul(g) != Some(c) {
             return Err(OpError::expected(
                 format!("Conv weights [M, C/group, ...] with C = {c}, group = {g}"),
                 format!("{:?}", w.shape),
@@ -589,18 +638,45 @@ impl ConvTranspose {
         let opad = dims_attr(&self.output_padding, r, 0, 0, "output_padding")?;
         let oshape = match &self.output_shape {
             None => None,
-            Some(v) if v.len() == r + 2 => Some(v[2..].to_vec()),
+            Some(v) if v.len() == r + 2 => Some(dims_attr(
+                &Some(v[2..].to_vec()),
+                r,
+                1,
+                1,
+                "output_shape (spatial part)",
+            )?),
             Some(v) => Some(dims_attr(&Some(v.clone()), r, 1, 1, "output_shape")?),
+        };
+        let too_big = |what: &str| {
+            OpError::expected(
+                format!("a ConvTranspose {what} at most 2^48"),
+                format!(
+                    "input {input:?}, kernel {kernel:?}, strides {strides:?}, dilations {dil:?}, \
+                     output_padding {opad:?}"
+                ),
+            )
         };
         let mut pb = vec![0i64; r];
         let mut out = vec![0usize; r];
+        // Inputs, kernel extents and attributes are at most MAX_DIM in magnitude; the unpadded
+        // output `natural` and `i * s` are checked, so every later sum fits `i64`.
         for j in 0..r {
-            let (i, s) = (input[j] as i64, strides[j]);
-            let dk = (kernel[j] as i64 - 1) * dil[j] + 1;
-            let natural = s * (i - 1) + opad[j] + dk;
+            let (i, s) = (spatial_i64(input[j], input)?, strides[j]);
+            let dk = dilated_extent(kernel[j], dil[j], &kernel, &dil)?;
+            let natural = s
+                .checked_mul(i - 1)
+                .map(|v| v + opad[j] + dk)
+                .filter(|&v| v <= MAX_DIM as i64)
+                .ok_or_else(|| too_big("unpadded output size stride * (input - 1) + ..."))?;
             let o = match win.auto_pad {
                 AutoPad::SameUpper | AutoPad::SameLower => {
-                    let o = oshape.as_ref().map_or(i * s, |v| v[j]);
+                    let o = match &oshape {
+                        Some(v) => v[j],
+                        None => i
+                            .checked_mul(s)
+                            .filter(|&v| v <= MAX_DIM as i64)
+                            .ok_or_else(|| too_big("output size input * stride"))?,
+                    };
                     let total = natural - o;
                     pb[j] = if win.auto_pad == AutoPad::SameUpper {
                         total.div_euclid(2)
@@ -663,7 +739,7 @@ impl Operator for ConvTranspose {
                 format!("{:?}", w.shape),
             ));
         }
-        let m = w.shape[1] * g;
+        let m = dim_mul(w.shape[1], g, "ConvTranspose output channels")?;
         if cx.has(2) {
             check_dtype(cx, 2, &[d])?;
             if cx.input(2)?.shape != [m] {
@@ -773,6 +849,11 @@ impl Operator for MaxPool {
         let (ty, _) = pool_infer(cx, &self.win, NUMERIC)?;
         let mut v = vec![ty.clone()];
         if self.indices {
+            // Indices are flat offsets into the input: its extents (empty ones counted as 1, as
+            // the lowering multiplies them in any order) must multiply within range.
+            let x = cx.input(0)?;
+            let extents: Vec<usize> = x.shape.iter().map(|&d| d.max(1)).collect();
+            shape_numel(&extents, "MaxPool input size (for Indices)")?;
             v.push(TensorType::new(DType::I64, ty.shape));
         }
         Ok(v)
@@ -946,14 +1027,12 @@ impl Operator for GlobalPool {
         let ext: Vec<usize> = x.shape[2..].to_vec();
         let xi = x_index((0..ext.len()).map(Expr::rvar).collect());
         let body = Expr::load(Src::Arg(0), xi);
-        let n: usize = ext.iter().product();
+        // In f64: exact for any tensor within the size limits, and no overflow on an empty one.
+        let n: f64 = ext.iter().map(|&e| e as f64).product();
         let (op, fin) = if self.max {
             (RedOp::Max, None)
         } else {
-            (
-                RedOp::Sum,
-                Some(Expr::Acc.div(Expr::c(out.dtype, n as f64))),
-            )
+            (RedOp::Sum, Some(Expr::Acc.div(Expr::c(out.dtype, n))))
         };
         Ok(vec![cx.reduce(out, op, ext, body, fin)])
     }
@@ -995,7 +1074,8 @@ impl Moments {
     }
 
     fn n(&self) -> f64 {
-        self.extents.iter().product::<usize>() as f64
+        // In f64: exact for any tensor within the size limits, and no overflow on an empty one.
+        self.extents.iter().map(|&e| e as f64).product()
     }
 
     fn x(&self) -> Expr {
@@ -1092,12 +1172,14 @@ fn stash_dtype(stash: i64, d: DType) -> OpResult<DType> {
         1 => Ok(DType::F32),
         11 => Ok(DType::F64),
         other => {
-            if DType::from_onnx(other as i32) == Some(d) {
+            // A code outside i32 is no type (not a truncated one).
+            let code = i32::try_from(other).unwrap_or(-1);
+            if DType::from_onnx(code) == Some(d) {
                 Ok(d)
             } else {
                 Err(OpError::Unsupported(format!(
                     "stash_type {}",
-                    DType::onnx_name(other as i32)
+                    DType::onnx_name(code)
                 )))
             }
         }
@@ -1432,8 +1514,8 @@ impl Operator for Lrn {
         check_dtype(cx, 0, FLOATS)?;
         let x = cx.input(0)?.clone();
         rank_at_least(&x, 2, "LRN input")?;
-        if self.size < 1 {
-            return Err(OpError::expected("LRN size >= 1", self.size));
+        if self.size < 1 || self.size > MAX_DIM as i64 {
+            return Err(OpError::expected("LRN size in [1, 2^48]", self.size));
         }
         Ok(vec![x])
     }
@@ -1619,18 +1701,26 @@ fn batchnorm(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
     }))
 }
 
+/// A count attribute (`group`, `num_groups`): at least 1 (and at most [`MAX_DIM`]).
+fn count_attr(v: i64, what: &str) -> OpResult<usize> {
+    if v < 1 {
+        return Err(OpError::expected(format!("{what} >= 1"), v));
+    }
+    dim_from_i64(v, what)
+}
+
 /// The registry of this family.
 pub const OPS: &[(&str, Constructor)] = &[
     ("Conv", |cx: &OpCx| {
         Ok(Arc::new(Conv {
             win: Window::parse(cx)?,
-            group: cx.attrs.int("group", 1)?.max(0) as usize,
+            group: count_attr(cx.attrs.int("group", 1)?, "group")?,
         }))
     }),
     ("ConvTranspose", |cx: &OpCx| {
         Ok(Arc::new(ConvTranspose {
             win: Window::parse(cx)?,
-            group: cx.attrs.int("group", 1)?.max(0) as usize,
+            group: count_attr(cx.attrs.int("group", 1)?, "group")?,
             output_padding: cx.attrs.ints("output_padding")?,
             output_shape: cx.attrs.ints("output_shape")?,
         }))
@@ -1679,7 +1769,7 @@ pub const OPS: &[(&str, Constructor)] = &[
             .opt_int("num_groups")?
             .ok_or_else(|| OpError::expected("attribute num_groups", "none"))?;
         Ok(Arc::new(GroupNorm {
-            num_groups: g.max(0) as usize,
+            num_groups: count_attr(g, "num_groups")?,
             epsilon: cx.attrs.float("epsilon", 1e-5)? as f64,
             opset: cx.opset,
         }))

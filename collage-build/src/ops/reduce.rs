@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::{
-    check_dtype, norm_axis, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator,
-    FLOATS, NUMERIC,
+    check_dtype, norm_axis, shape_numel, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult,
+    Operator, FLOATS, NUMERIC,
 };
 use crate::error::OpError;
 use crate::ir::{DType, TensorType};
@@ -241,14 +241,15 @@ impl Operator for Reduce {
         let d = xt.dtype;
         let rank = xt.rank();
         let extents: Vec<usize> = axes.iter().map(|&a| xt.shape[a]).collect();
-        let n: usize = extents.iter().product();
+        // In f64: exact for any tensor within the size limits, and no overflow on an empty one.
+        let n: f64 = extents.iter().map(|&e| e as f64).product();
         let x = Expr::load(
             Src::Arg(0),
             in_index(rank, &axes, self.keepdims, &rvars(axes.len())),
         );
         let (op, body, fin) = match self.red {
             Red::Sum => (RedOp::Sum, x, None),
-            Red::Mean => (RedOp::Sum, x, Some(Expr::Acc.div(Expr::c(d, n as f64)))),
+            Red::Mean => (RedOp::Sum, x, Some(Expr::Acc.div(Expr::c(d, n)))),
             Red::Max => (RedOp::Max, x, None),
             Red::Min => (RedOp::Min, x, None),
             Red::Prod => (RedOp::Prod, x, None),
@@ -419,7 +420,10 @@ impl Operator for Softmax {
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
         check_dtype(cx, 0, FLOATS)?;
         let x = cx.input(0)?;
-        self.axes(x.rank())?;
+        let axes = self.axes(x.rank())?;
+        // The flat position over the reduced dimensions (Hardmax, coerced inputs) must fit.
+        let extents: Vec<usize> = axes.iter().map(|&a| x.shape[a]).collect();
+        shape_numel(&extents, "the size of the normalised dimensions")?;
         Ok(vec![x.clone()])
     }
 
@@ -454,7 +458,7 @@ impl Operator for Softmax {
             }
             Soft::Hardmax => {
                 // The first position (flat over the reduced dims) holding the maximum.
-                let n: usize = extents.iter().product();
+                let n = shape_numel(&extents, "the size of the normalised dimensions")?;
                 let hit = xr.clone().eq(mk.clone()).or(is_nan(xr, d));
                 let flat_r = Expr::flatten(&rvars(axes.len()), &extents);
                 let first = cx.reduce(
@@ -564,9 +568,10 @@ impl Operator for TopK {
             before.or(tie).cast(DType::I64),
             None,
         );
-        // Output position p picks the element of rank p.
-        let it = cx.output(1).clone();
+        // Output position p picks the element of rank p. (A node may leave out the Indices
+        // output; the stage is then internal.)
         let vt = cx.output(0).clone();
+        let it = TensorType::new(DType::I64, vt.shape.clone());
         let hit = Expr::load(pos, at(Expr::rvar(0))).eq(Expr::var(a));
         let idx = cx.reduce(
             it,
@@ -577,7 +582,9 @@ impl Operator for TopK {
         );
         let i = Expr::load(idx, vars(rank)).max(Expr::i(0));
         let vals = cx.stage(vt, Expr::load(Src::Arg(0), at(i)));
-        Ok(vec![vals, idx])
+        let mut outs = vec![vals, idx];
+        outs.truncate(cx.outputs.len());
+        Ok(outs)
     }
 }
 

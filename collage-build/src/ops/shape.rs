@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::{
-    broadcast_shapes, check_dtype, Attr, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult,
-    Operator, FLOATS, NUMERIC,
+    broadcast_shapes, check_dtype, dim_add, dim_from_i64, shape_numel, Attr, Constructor, InferCx,
+    LowerCx, OpCx, OpKind, OpResult, Operator, FLOATS, NUMERIC,
 };
 use crate::error::OpError;
 use crate::ir::{DType, Tensor, TensorType};
@@ -153,16 +153,10 @@ impl Operator for ConstantOfShape {
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
         check_int_list(cx, 0, "shape")?;
         let dims = cx.ints(0, "shape")?.unwrap_or_default();
-        let mut shape = Vec::with_capacity(dims.len());
-        for &d in &dims {
-            if d < 0 {
-                return Err(OpError::expected(
-                    "non-negative dimensions",
-                    format!("{dims:?}"),
-                ));
-            }
-            shape.push(d as usize);
-        }
+        let shape = dims
+            .iter()
+            .map(|&d| dim_from_i64(d, "ConstantOfShape dimensions"))
+            .collect::<OpResult<Vec<usize>>>()?;
         Ok(vec![TensorType::new(self.value.ty.dtype, shape)])
     }
 
@@ -293,14 +287,14 @@ fn reshape_shape(input: &[usize], spec: &[i64], allowzero: bool) -> OpResult<Vec
                     .ok_or_else(|| bad("0 copies an input dimension"))?,
             ),
             s if s < 0 => return Err(bad("dimensions >= -1")),
-            s => out.push(s as usize),
+            s => out.push(dim_from_i64(s, "Reshape dimensions")?),
         }
     }
     if allowzero && infer_at.is_some() && spec.contains(&0) {
         return Err(bad("-1 together with 0 when allowzero=1"));
     }
-    let numel: usize = input.iter().product();
-    let known: usize = out.iter().product();
+    let numel = shape_numel(input, "Reshape input size")?;
+    let known = shape_numel(&out, "Reshape output size")?;
     if let Some(i) = infer_at {
         if known == 0 || !numel.is_multiple_of(known) {
             return Err(bad("the -1 dimension cannot be inferred"));
@@ -369,8 +363,8 @@ impl Operator for Flatten {
         } else {
             self.axis
         } as usize;
-        let outer: usize = t.shape[..a].iter().product();
-        let inner: usize = t.shape[a..].iter().product();
+        let outer = shape_numel(&t.shape[..a], "Flatten outer size")?;
+        let inner = shape_numel(&t.shape[a..], "Flatten inner size")?;
         Ok(vec![TensorType::new(t.dtype, [outer, inner])])
     }
 
@@ -584,7 +578,7 @@ impl Operator for Concat {
                     t,
                 ));
             }
-            shape[axis] += t.shape[axis];
+            shape[axis] = dim_add(shape[axis], t.shape[axis], "Concat size along the axis")?;
         }
         Ok(vec![TensorType::new(first.dtype, shape)])
     }
@@ -643,13 +637,10 @@ impl Operator for Expand {
         let dims = cx
             .ints(1, "shape")?
             .ok_or_else(|| OpError::expected("input 1 (shape)", "none"))?;
-        if dims.iter().any(|&d| d < 0) {
-            return Err(OpError::expected(
-                "non-negative dimensions",
-                format!("{dims:?}"),
-            ));
-        }
-        let target: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let target = dims
+            .iter()
+            .map(|&d| dim_from_i64(d, "Expand dimensions"))
+            .collect::<OpResult<Vec<usize>>>()?;
         let shape = broadcast_shapes(&[&t.shape, &target])?;
         Ok(vec![TensorType::new(t.dtype, shape)])
     }
@@ -716,7 +707,9 @@ impl Operator for Range {
         } else {
             let (s, l, dl) = (start.get_f64(0), limit.get_f64(0), delta.get_f64(0));
             let n = ((l - s) / dl).ceil();
-            if dl == 0.0 || n.is_nan() || n == f64::INFINITY {
+            // Non-finite bounds describe no sequence (an infinite start or delta, or a limit
+            // that no step reaches), whatever sign the count would have.
+            if dl == 0.0 || !s.is_finite() || !l.is_finite() || !dl.is_finite() || n.is_nan() {
                 return Err(OpError::expected(
                     "finite start, limit and a non-zero delta",
                     format!("start={s} limit={l} delta={dl}"),

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::error::{OpError, Result};
+use crate::error::{Error, OpError, Result};
 use crate::ir::{Graph, Tensor, ValueId};
 use crate::ops::{InferCx, LowerCx};
 use crate::te::eval_stages;
@@ -13,7 +13,21 @@ const FOLD_LIMIT: usize = 1 << 24;
 
 /// Infers every node's output types and folds nodes whose inputs are all constants; folded nodes are
 /// removed (their outputs become constants).
+///
+/// Every graph input, constant and inferred output is checked against the graph's [`Limits`]
+/// (`crate::ir::Limits`) before anything computes with its size: a model whose tensors do not fit
+/// is an error naming the value (and the node and op that computed it), never a wrapped size.
 pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
+    let limits = g.limits;
+    for v in &g.values {
+        let ty = v.konst.as_ref().map(|k| &k.ty).or(v.ty.as_ref());
+        if let Some(ty) = ty {
+            limits.check(ty).map_err(|e| Error::Model {
+                model: g.name.clone(),
+                detail: format!("value `{}`: {e}", v.name),
+            })?;
+        }
+    }
     let nodes = std::mem::take(&mut g.nodes);
     let mut kept = Vec::with_capacity(nodes.len());
     let mut produced_by: std::collections::HashMap<ValueId, usize> = Default::default();
@@ -50,7 +64,16 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
                 node.outputs.len(),
             )));
         }
-        for (o, t) in node.outputs.iter().zip(&outs) {
+        for (k, (o, t)) in node.outputs.iter().zip(&outs).enumerate() {
+            limits.check(t).map_err(|e| {
+                err(OpError::expected(
+                    format!(
+                        "output {k} (`{}`) of a size the target holds",
+                        g.value(*o).name
+                    ),
+                    e,
+                ))
+            })?;
             g.value_mut(*o).ty = Some(t.clone());
         }
         let folded = if let Some(vals) = node.op.fold_from_types(&cx) {

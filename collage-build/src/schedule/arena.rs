@@ -25,7 +25,8 @@ pub struct ArenaPlan {
 pub const ALIGN: usize = 64;
 
 fn align(x: usize) -> usize {
-    x.div_ceil(ALIGN) * ALIGN
+    // Saturating: an arena that does not fit the address space is rejected by its caller.
+    x.div_ceil(ALIGN).saturating_mul(ALIGN)
 }
 
 /// Places `bufs` so that buffers live at the same time never overlap. Deterministic.
@@ -40,7 +41,7 @@ pub fn plan_arena(bufs: &[Interval]) -> ArenaPlan {
         let mut busy: Vec<(usize, usize)> = placed
             .iter()
             .filter(|&&j| bufs[j].first <= b.last && b.first <= bufs[j].last)
-            .map(|&j| (offsets[j], offsets[j] + align(bufs[j].size)))
+            .map(|&j| (offsets[j], offsets[j].saturating_add(align(bufs[j].size))))
             .collect();
         busy.sort();
         // Best fit: the smallest gap that holds the buffer, else the end.
@@ -55,7 +56,7 @@ pub fn plan_arena(bufs: &[Interval]) -> ArenaPlan {
         }
         let off = best.map(|(o, _)| o).unwrap_or(cursor);
         offsets[i] = off;
-        size = size.max(off + need);
+        size = size.max(off.saturating_add(need));
         placed.push(i);
     }
     ArenaPlan { offsets, size }

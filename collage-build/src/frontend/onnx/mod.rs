@@ -177,7 +177,9 @@ fn value_type(vi: &proto::ValueInfoProto) -> Result<TensorType, String> {
         for d in &s.dim {
             use proto::tensor_shape_proto::dimension::Value as D;
             match &d.value {
-                Some(D::DimValue(v)) if *v >= 0 => shape.push(*v as usize),
+                Some(D::DimValue(v)) if *v >= 0 => shape.push(
+                    usize::try_from(*v).map_err(|_| format!("dimension {v} is too large"))?,
+                ),
                 Some(D::DimParam(p)) => return Err(format!("dimension `{p}` is symbolic; Collage compiles static shapes: fix it in the model (e.g. with onnxruntime's make_dynamic_shape_fixed)")),
                 _ => return Err("a dimension has no static size".into()),
             }

@@ -17,9 +17,13 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
         if d < 0 {
             return Err(format!("negative dimension {d}"));
         }
-        shape.push(d as usize);
+        shape.push(usize::try_from(d).map_err(|_| format!("dimension {d} is too large"))?);
     }
     let ty = TensorType::new(dtype, shape);
+    // Sizes are checked before anything is read or allocated (the graph's limit is applied by
+    // shape inference; this only keeps the arithmetic in range).
+    let limits = crate::ir::Limits::for_target(usize::BITS, u64::MAX);
+    limits.check(&ty)?;
     let n = ty.numel();
     let expect = ty.bytes();
     let raw: Vec<u8> = if t.data_location == DataLocation::External as i32 {
@@ -42,37 +46,54 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
             })
             .transpose()?
             .unwrap_or(0);
-        let path = base.join(&loc);
-        let all =
-            std::fs::read(&path).map_err(|e| format!("external data {}: {e}", path.display()))?;
-        let len: usize = get("length")
+        let len: u64 = get("length")
             .map(|s| {
                 s.parse()
                     .map_err(|_| format!("bad external data length `{s}`"))
             })
             .transpose()?
-            .unwrap_or(expect);
-        let start = offset as usize;
-        all.get(start..start + len)
-            .ok_or_else(|| {
-                format!(
-                    "external data {} is shorter than offset {offset} + length {len}",
-                    path.display()
-                )
-            })?
+            .unwrap_or(expect as u64);
+        if len != expect as u64 {
+            return Err(format!(
+                "external data length {len} does not match {ty} ({expect} bytes)"
+            ));
+        }
+        let path = base.join(&loc);
+        let file_len = std::fs::metadata(&path)
+            .map_err(|e| format!("external data {}: {e}", path.display()))?
+            .len();
+        let end = offset.checked_add(len).filter(|&e| e <= file_len);
+        let Some(end) = end else {
+            return Err(format!(
+                "external data {} ({file_len} bytes) is shorter than offset {offset} + length {len}",
+                path.display()
+            ));
+        };
+        let all =
+            std::fs::read(&path).map_err(|e| format!("external data {}: {e}", path.display()))?;
+        all.get(offset as usize..end as usize)
+            .ok_or_else(|| format!("external data {} changed while read", path.display()))?
             .to_vec()
     } else if !t.raw_data.is_empty() {
         t.raw_data.clone()
     } else {
-        let mut out = Tensor::zeros(ty.clone());
         let got = match dtype {
+            DType::F32 => t.float_data.len(),
+            DType::F64 => t.double_data.len(),
+            DType::I64 => t.int64_data.len(),
+            DType::I32 | DType::Bool => t.int32_data.len(),
+        };
+        if got != n {
+            return Err(format!("{} values for shape {:?}", got, ty.shape));
+        }
+        let mut out = Tensor::zeros(ty.clone());
+        match dtype {
             DType::F32 => {
                 t.float_data
                     .iter()
                     .enumerate()
                     .take(n)
                     .for_each(|(i, v)| out.set_f64(i, *v as f64));
-                t.float_data.len()
             }
             DType::F64 => {
                 t.double_data
@@ -80,7 +101,6 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     .enumerate()
                     .take(n)
                     .for_each(|(i, v)| out.set_f64(i, *v));
-                t.double_data.len()
             }
             DType::I64 => {
                 t.int64_data
@@ -88,7 +108,6 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     .enumerate()
                     .take(n)
                     .for_each(|(i, v)| out.set_i64(i, *v));
-                t.int64_data.len()
             }
             DType::I32 | DType::Bool => {
                 t.int32_data
@@ -96,11 +115,7 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     .enumerate()
                     .take(n)
                     .for_each(|(i, v)| out.set_i64(i, *v as i64));
-                t.int32_data.len()
             }
-        };
-        if got != n {
-            return Err(format!("{} values for shape {:?}", got, ty.shape));
         }
         return Ok(out);
     };
