@@ -1,4 +1,4 @@
-//! The public benchmark models (`../shared/bench/models.py`) against ONNX Runtime's outputs on their
+//! The public benchmark models (`../shared/bench/models.py`, `tests/support/cnn_models.py`) against ONNX Runtime's outputs on their
 //! fixed inputs (both written by `.ci/run`): |got - want| <= 1e-4 + 1e-3 |want|.
 use std::path::PathBuf;
 
@@ -86,6 +86,19 @@ fn resnet18_matches_onnx_runtime() {
 #[test]
 fn bert_layer_matches_onnx_runtime() {
     check("bert_layer");
+}
+
+// SqueezeNet 1.1 and MobileNetV3-small as PyTorch exports them (`tests/support/cnn_models.py`):
+// Fire modules' concatenations read by convolutions, depthwise convolutions, HardSwish /
+// HardSigmoid and squeeze-and-excitation.
+#[test]
+fn squeezenet_matches_onnx_runtime() {
+    check("squeezenet");
+}
+
+#[test]
+fn mobilenetv3_matches_onnx_runtime() {
+    check("mobilenetv3");
 }
 
 /// Every node of mnist_cnn and resnet18 on `dnnl`, as one part (a placement record, as

@@ -19,6 +19,12 @@ fn is_cheap(st: &Stage) -> bool {
     hard == 0 && n <= CHEAP_NODES
 }
 
+fn has_select(e: &Expr) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, Expr::Select(..)));
+    found
+}
+
 fn count_loads(e: &Expr, b: u32) -> usize {
     let mut n = 0;
     e.visit(&mut |x| {
@@ -69,6 +75,13 @@ fn inline_injective(p: &mut Program) {
                 return true;
             }
             if pst.part != c_part {
+                return false;
+            }
+            // A producer that chooses between sources or padding (Concat, Pad) would put a
+            // branch on every term of a contraction's inner loop and keep it from being register
+            // blocked: it is computed once into memory instead (SqueezeNet's squeeze convolutions
+            // read their Fire module's Concat: 8x slower inlined).
+            if c_reduces && has_select(&pst.body) {
                 return false;
             }
             let single_reader = readers[k as usize].len() == 1;

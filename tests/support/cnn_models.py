@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Builds SqueezeNet 1.1 and MobileNetV3-small as PyTorch 2.x exports them (torchvision's layer
+shapes, BatchNorm folded into the convolutions, opset 20, 224x224, batch 1), with random
+weights (He-initialised, fixed seeds), beside the benchmark models of ../shared/bench/models.py:
+
+    models.py DIR && cnn_models.py DIR
+
+writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3 (the same
+layout as the shared benchmark models, so ort_reference.py, ort_bench.py, tests/models.rs and
+bench_compare.py read them the same way).
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, os.path.join(os.environ.get("SHARED", "../shared"), "bench"))
+from models import Builder  # noqa: E402  (the shared builder: initialisers, uids, conv)
+
+OPSET = 20
+OUT = sys.argv[1] if len(sys.argv) > 1 else "target/bench/models"
+
+
+def conv_act(b, x, cin, cout, k, stride=1, act="Relu", group=1):
+    """Conv (with the folded BatchNorm's bias) + activation; `act` None for none."""
+    y = b.conv(x, cin, cout, k, stride=stride, pad=(k - 1) // 2, group=group, bias=True)
+    if act == "HardSigmoid":
+        return b.op("HardSigmoid", [y], alpha=1.0 / 6.0, beta=0.5)
+    return b.op(act, [y]) if act else y
+
+
+def build_squeezenet():
+    """torchvision squeezenet1_1."""
+    b = Builder("squeezenet", seed=21)
+
+    def fire(x, cin, s, e1, e3):
+        sq = conv_act(b, x, cin, s, 1)
+        a = conv_act(b, sq, s, e1, 1)
+        c = conv_act(b, sq, s, e3, 3)
+        return b.op("Concat", [a, c], axis=1)
+
+    def pool(x):
+        return b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=1)
+
+    x = b.op("Relu", [b.conv("input", 3, 64, 3, stride=2, bias=True)])
+    x = pool(x)
+    x = fire(x, 64, 16, 64, 64)
+    x = fire(x, 128, 16, 64, 64)
+    x = pool(x)
+    x = fire(x, 128, 32, 128, 128)
+    x = fire(x, 256, 32, 128, 128)
+    x = pool(x)
+    x = fire(x, 256, 48, 192, 192)
+    x = fire(x, 384, 48, 192, 192)
+    x = fire(x, 384, 64, 256, 256)
+    x = fire(x, 512, 64, 256, 256)
+    x = b.op("Relu", [b.conv(x, 512, 1000, 1, bias=True)])
+    x = b.op("GlobalAveragePool", [x])
+    b.op("Flatten", [x], axis=1)
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
+
+
+def make_divisible(v, d=8):
+    n = max(d, int(v + d / 2) // d * d)
+    return n + d if n < 0.9 * v else n
+
+
+def build_mobilenetv3():
+    """torchvision mobilenet_v3_small."""
+    b = Builder("mobilenetv3", seed=22)
+    # (in, kernel, expanded, out, squeeze-excite, activation, stride)
+    cfg = [
+        (16, 3, 16, 16, True, "Relu", 2),
+        (16, 3, 72, 24, False, "Relu", 2),
+        (24, 3, 88, 24, False, "Relu", 1),
+        (24, 5, 96, 40, True, "HardSwish", 2),
+        (40, 5, 240, 40, True, "HardSwish", 1),
+        (40, 5, 240, 40, True, "HardSwish", 1),
+        (40, 5, 120, 48, True, "HardSwish", 1),
+        (48, 5, 144, 48, True, "HardSwish", 1),
+        (48, 5, 288, 96, True, "HardSwish", 2),
+        (96, 5, 576, 96, True, "HardSwish", 1),
+        (96, 5, 576, 96, True, "HardSwish", 1),
+    ]
+    x = conv_act(b, "input", 3, 16, 3, stride=2, act="HardSwish")
+    for cin, k, exp, cout, se, act, stride in cfg:
+        y = x
+        if exp != cin:
+            y = conv_act(b, y, cin, exp, 1, act=act)
+        y = conv_act(b, y, exp, exp, k, stride=stride, act=act, group=exp)
+        if se:
+            sq = make_divisible(exp // 4)
+            s = b.op("GlobalAveragePool", [y])
+            s = conv_act(b, s, exp, sq, 1, act="Relu")
+            s = conv_act(b, s, sq, exp, 1, act="HardSigmoid")
+            y = b.op("Mul", [s, y])
+        y = conv_act(b, y, exp, cout, 1, act=None)
+        x = b.op("Add", [y, x]) if stride == 1 and cin == cout else y
+    x = conv_act(b, x, 96, 576, 1, act="HardSwish")
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    x = b.op("HardSwish", [b.gemm(x, 576, 1024)])
+    b.gemm(x, 1024, 1000)
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
+
+
+os.makedirs(OUT, exist_ok=True)
+for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobilenetv3)]:
+    model = build()
+    model.opset_import[0].version = OPSET
+    model.ir_version = 9
+    model.producer_name = "cnn_models.py"
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, os.path.join(OUT, f"{name}.onnx"))
+    rng = np.random.default_rng(100)
+    rng.standard_normal((1, 3, 224, 224)).astype("<f4").tofile(os.path.join(OUT, f"{name}.input.f32"))
+    print(f"{name}: {len(model.graph.node)} nodes written")
