@@ -529,8 +529,8 @@ fn greedy(
     })
 }
 
-/// The fusion region and library of every node under `info`: library parts get regions 1, 2, ...;
-/// every node on `c` shares region 0.
+/// The fusion region and library of every node under `info`: the parts get regions 1, 2, ...
+/// (library `None` for generated code).
 pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<&'static str>)> {
     assignment_of(g, &info.placement.parts)
 }
@@ -538,16 +538,14 @@ pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<&'static 
 /// [`assignment`] for a list of parts.
 pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<&'static str>)> {
     let mut a = vec![(0u32, None); g.nodes.len()];
-    let mut next = 1u32;
-    for part in parts {
+    // Every part is its own fusion region, generated code included: fusion then builds exactly
+    // the kernels the placement priced (inlining a producer of another part into a contraction
+    // can cost it its register-blocked schedule, which the search never saw).
+    for (next, part) in (1u32..).zip(parts) {
         let lib = backend::by_name(part.backend).is_some_and(|b| b.library());
-        if !lib {
-            continue;
-        }
         for &n in &part.nodes {
-            a[n] = (next, Some(part.backend));
+            a[n] = (next, lib.then_some(part.backend));
         }
-        next += 1;
     }
     a
 }
