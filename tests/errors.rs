@@ -198,13 +198,20 @@ fn attr(name: &str, a: A) -> proto::AttributeProto {
     p
 }
 
-fn ints(name: &str, v: &[i64]) -> proto::TensorProto {
+/// A 1-D tensor `name` of ONNX element type `data_type` and `len` elements, without data.
+fn vector(name: &str, data_type: i32, len: usize) -> proto::TensorProto {
     proto::TensorProto {
         name: name.into(),
-        data_type: 7,
-        dims: vec![v.len() as i64],
-        int64_data: v.to_vec(),
+        data_type,
+        dims: vec![len as i64],
         ..Default::default()
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> proto::TensorProto {
+    proto::TensorProto {
+        int64_data: v.to_vec(),
+        ..vector(name, 7, v.len())
     }
 }
 
@@ -217,11 +224,8 @@ fn int_scalar(name: &str, v: i64) -> proto::TensorProto {
 
 fn floats(name: &str, v: &[f32]) -> proto::TensorProto {
     proto::TensorProto {
-        name: name.into(),
-        data_type: 1,
-        dims: vec![v.len() as i64],
         float_data: v.to_vec(),
-        ..Default::default()
+        ..vector(name, 1, v.len())
     }
 }
 

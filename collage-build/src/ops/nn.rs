@@ -2,8 +2,8 @@
 use std::sync::Arc;
 
 use super::{
-    check_dtype, dim_from_i64, dim_mul, norm_axis, shape_numel, Constructor, InferCx, LowerCx,
-    OpCx, OpKind, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
+    check_dtype, dim_from_i64, dim_mul, norm_axis, Constructor, InferCx, LowerCx, OpCx, OpKind,
+    OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
 use crate::ir::{DType, TensorType};
@@ -849,11 +849,6 @@ impl Operator for MaxPool {
         let (ty, _) = pool_infer(cx, &self.win, NUMERIC)?;
         let mut v = vec![ty.clone()];
         if self.indices {
-            // Indices are flat offsets into the input: its extents (empty ones counted as 1, as
-            // the lowering multiplies them in any order) must multiply within range.
-            let x = cx.input(0)?;
-            let extents: Vec<usize> = x.shape.iter().map(|&d| d.max(1)).collect();
-            shape_numel(&extents, "MaxPool input size (for Indices)")?;
             v.push(TensorType::new(DType::I64, ty.shape));
         }
         Ok(v)

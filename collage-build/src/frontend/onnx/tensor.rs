@@ -59,21 +59,21 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
             ));
         }
         let path = base.join(&loc);
-        let file_len = std::fs::metadata(&path)
-            .map_err(|e| format!("external data {}: {e}", path.display()))?
-            .len();
-        let end = offset.checked_add(len).filter(|&e| e <= file_len);
-        let Some(end) = end else {
+        use std::io::{Read, Seek, SeekFrom};
+        let io = |e: std::io::Error| format!("external data {}: {e}", path.display());
+        let mut file = std::fs::File::open(&path).map_err(io)?;
+        let file_len = file.metadata().map_err(io)?.len();
+        if offset.checked_add(len).is_none_or(|end| end > file_len) {
             return Err(format!(
                 "external data {} ({file_len} bytes) is shorter than offset {offset} + length {len}",
                 path.display()
             ));
-        };
-        let all =
-            std::fs::read(&path).map_err(|e| format!("external data {}: {e}", path.display()))?;
-        all.get(offset as usize..end as usize)
-            .ok_or_else(|| format!("external data {} changed while read", path.display()))?
-            .to_vec()
+        }
+        // Only this tensor's range is read (one file often holds every weight of the model).
+        let mut data = vec![0u8; expect];
+        file.seek(SeekFrom::Start(offset)).map_err(io)?;
+        file.read_exact(&mut data).map_err(io)?;
+        data
     } else if !t.raw_data.is_empty() {
         t.raw_data.clone()
     } else {
