@@ -355,12 +355,20 @@ static pthread_mutex_t cl_{symbol}_mutex = PTHREAD_MUTEX_INITIALIZER;"
     .unwrap();
 }
 
-/// The start of the entry point for callers without an instance: run on the process-wide state
-/// (built, or rebuilt for another thread count, under the lock).
+/// The start of the entry point: parallel loops move onto OpenMP's team (see `dnnl_prims.c`),
+/// and callers without an instance run on the process-wide state (built, or rebuilt for another
+/// thread count, under the lock).
 pub fn emit_shared_entry(out: &mut String, symbol: &str, n: usize) {
     writeln!(
         out,
-        "    if (rt->lib == NULL) {{
+        "    collage_rt omp_rt;
+    if (rt->threads > 1 && rt->parallel_for != cl_omp_parallel_for_ && GOMP_parallel) {{
+        omp_rt = *rt;
+        omp_rt.pool = (const void *)(intptr_t)rt->threads;
+        omp_rt.parallel_for = cl_omp_parallel_for_;
+        rt = &omp_rt;
+    }}
+    if (rt->lib == NULL) {{
         collage_rt own = *rt;
         pthread_mutex_lock(&cl_{symbol}_mutex);
         if (cl_{symbol}_shared.L.sites == NULL || cl_{symbol}_shared.L.threads != rt->threads) {{
