@@ -125,10 +125,44 @@ pub fn link_libs(c_source: &str) -> Vec<String> {
 
 /// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise), linking
 /// the libraries its `collage-link` lines name.
+///
+/// With `COLLAGE_CC_CACHE` set to a directory, libraries are kept there by the hash of their
+/// source, compiler and flags, and a source compiled before is copied instead of compiled again
+/// (benchmark scripts that build the same placement many times; the source is compared byte for
+/// byte, so a hash collision only costs a compilation).
 pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
-    let libs = std::fs::read_to_string(c_path)
-        .map(|s| link_libs(&s))
-        .unwrap_or_default();
+    let source = std::fs::read_to_string(c_path).unwrap_or_default();
+    let cached = std::env::var_os("COLLAGE_CC_CACHE").map(|dir| {
+        let key = crate::explain::fnv64(&format!(
+            "{}\0{}\0{opt}\0{source}",
+            c_compiler(),
+            c_compiler_version()
+        ));
+        let dir = PathBuf::from(dir);
+        (
+            dir.join(format!("{key:016x}.c")),
+            dir.join(format!("{key:016x}.so")),
+        )
+    });
+    if let Some((c, so)) = &cached {
+        if std::fs::read_to_string(c).is_ok_and(|s| s == source) && std::fs::copy(so, out).is_ok() {
+            return Ok(());
+        }
+    }
+    compile_shared(c_path, out, opt, &link_libs(&source))?;
+    if let Some((c, so)) = &cached {
+        // Best effort: a cache that cannot be written only costs the next compilation. Files
+        // are renamed into place, the library before its source, which marks the entry complete.
+        let _ = std::fs::create_dir_all(c.parent().expect("a file in the cache"));
+        let tmp = |p: &Path| p.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::copy(out, tmp(so)).is_ok() && std::fs::rename(tmp(so), so).is_ok() {
+            let _ = std::fs::write(tmp(c), &source).and_then(|_| std::fs::rename(tmp(c), c));
+        }
+    }
+    Ok(())
+}
+
+fn compile_shared(c_path: &Path, out: &Path, opt: &str, libs: &[String]) -> Result<()> {
     let res = Command::new(c_compiler())
         .args([
             opt,
