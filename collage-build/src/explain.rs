@@ -16,7 +16,7 @@ use crate::codegen::c::{schedule_of, Schedule};
 use crate::codegen::Compiled;
 use crate::error::{Error, Result};
 use crate::measure::{self, kernel_program, MeasureBudget};
-use crate::te::{BufKind, Program, Stage};
+use crate::te::{BinOp, BufKind, Expr, Program, Scalar, Stage};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
 
 /// One generated kernel.
@@ -52,8 +52,9 @@ pub(crate) fn fnv64(s: &str) -> u64 {
     h
 }
 
-/// The cache key of stage `id` of `p`: the stage's tensor expression with its operands renumbered
-/// (via [`kernel_program`]), the operands' layouts, and its input and output types.
+/// The cache key of stage `id` of `p`: the hash of the stage's canonical text
+/// ([`Stage::canonical_text`], operands renumbered via [`kernel_program`]), the operands'
+/// layouts, and its input and output types.
 pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
     let k = kernel_program(p, id);
     let mut inputs = Vec::new();
@@ -61,14 +62,7 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
     let mut stage_text = String::new();
     for b in &k.bufs {
         match &b.kind {
-            BufKind::Stage(st) => {
-                let canonical = Stage {
-                    name: String::new(),
-                    part: 0,
-                    ..st.clone()
-                };
-                stage_text = format!("{canonical:?}");
-            }
+            BufKind::Stage(st) => stage_text = st.canonical_text(),
             BufKind::Dead => {}
             _ => {
                 inputs.push(b.ty.to_string());
@@ -97,9 +91,8 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
 /// benchmark models (`collage tune`, every backend; AMD EPYC Zen 4, AVX-512, one thread): the
 /// work-weighted rates were register-blocked 42k (46k on the large products of bert_layer and
 /// the Fire modules, which decide between generated code and a library), row 2.1k, plain 1.6k
-/// and elementwise 1.3k evaluations per microsecond (elementwise stages are mostly im2col
-/// gathers, whose flat index is decomposed with divisions on every element), libraries 43k-46k
-/// multiply-adds.
+/// and elementwise 1.3k evaluations per microsecond (work-weighted: mostly im2col gathers), and
+/// libraries 43k-46k multiply-adds. Elementwise stages are estimated by [`elementwise_rate`].
 fn rate(s: Schedule) -> f64 {
     match s {
         Schedule::RegisterBlocked => 46_000.0,
@@ -113,20 +106,75 @@ fn rate(s: Schedule) -> f64 {
 /// microsecond (measured alongside [`rate`]: on a par with register-blocked generated code).
 const LIBRARY_RATE: f64 = 44_000.0;
 
+/// oneDNN's direct convolutions, multiply-adds per microsecond, besides the layout conversions
+/// ([`DNNL_REORDER_RATE`]): 50k-62k measured on the 3x3 convolutions of ResNet-18, where the
+/// conversions are negligible.
+const DNNL_CONV_RATE: f64 = 55_000.0;
+
+/// oneDNN's pooling, window points per microsecond, besides the layout conversions.
+const DNNL_POOL_RATE: f64 = 24_000.0;
+
+/// A oneDNN primitive converts its input to a blocked layout and its output back on every call
+/// (measured alone, as the cache does): elements (input plus output) per microsecond, fitted on
+/// the pointwise convolutions of MobileNetV3, where the conversions weigh most.
+const DNNL_REORDER_RATE: f64 = 8_000.0;
+
 /// Fixed cost of one library call (argument set-up, packing start-up), microseconds.
 const LIBRARY_CALL_US: f64 = 1.0;
+
+/// Single-thread throughput of an elementwise stage, elements per microsecond, by what its body
+/// does per element (measured on the six benchmark models, Zen 4, one thread): a flat index
+/// decomposed with integer divisions (im2col over flattened pixels) 0.2k-1.1k, a transcendental
+/// (softmax's `exp`) 0.4k, an output past the L2 cache (large im2col buffers) 0.9k-1.7k, and a
+/// cached, division-free body (activations, residual adds, concatenations, small im2col) 1.3k-13k,
+/// mostly 3k-6k.
+fn elementwise_rate(st: &Stage) -> f64 {
+    let (mut divides, mut expensive) = (false, false);
+    st.body.visit(&mut |e| match e {
+        Expr::Bin(BinOp::Div | BinOp::Mod, _, b) if matches!(**b, Expr::Const(Scalar::I64(_))) => {
+            divides = true
+        }
+        Expr::Un(op, _) if op.is_expensive() => expensive = true,
+        _ => {}
+    });
+    if expensive {
+        500.0
+    } else if divides || st.ty.bytes() > 2 << 20 {
+        1_000.0
+    } else {
+        4_000.0
+    }
+}
 
 /// The analytic single-thread estimate of stage `st` of `p`, microseconds.
 pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
     match st.exec {
-        crate::te::Exec::Generated => st.work() as f64 / rate(schedule_of(p, st, 16)) + 0.05,
+        crate::te::Exec::Generated => {
+            let rate = match schedule_of(p, st, 16) {
+                Schedule::Elementwise => elementwise_rate(st),
+                s => rate(s),
+            };
+            st.work() as f64 / rate + 0.05
+        }
         crate::te::Exec::Gemm(_) | crate::te::Exec::Dnnl(_) => {
+            let (rate, reorder) = match &st.exec {
+                crate::te::Exec::Dnnl(d) => {
+                    let elems = (d.n * d.ic * d.ih * d.iw + d.n * d.oc * d.oh * d.ow) as f64;
+                    let rate = if d.kind == crate::te::DnnlKind::Conv {
+                        DNNL_CONV_RATE
+                    } else {
+                        DNNL_POOL_RATE
+                    };
+                    (rate, elems / DNNL_REORDER_RATE)
+                }
+                _ => (LIBRARY_RATE, 0.0),
+            };
             let epilogue = st
                 .reduce
                 .as_ref()
                 .and_then(|r| r.finalize.as_ref())
-                .map_or(0.0, |_| st.ty.numel() as f64 / rate(Schedule::Elementwise));
-            st.work() as f64 / LIBRARY_RATE + LIBRARY_CALL_US + epilogue
+                .map_or(0.0, |_| st.ty.numel() as f64 / 4_000.0);
+            st.work() as f64 / rate + reorder + LIBRARY_CALL_US + epilogue
         }
     }
 }

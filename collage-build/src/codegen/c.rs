@@ -365,6 +365,44 @@ pub fn schedule_of(p: &Program, st: &Stage, lanes: usize) -> Schedule {
     }
 }
 
+/// The loop schedule of `st` as text (the filetests' form): the kind, then for reductions the
+/// vectorised dimension, the jammed dimension and factor, the tile, and the dimensions of the
+/// flattened outer (parallel) loop with its trip count.
+pub fn schedule_text(p: &Program, st: &Stage, lanes: usize) -> String {
+    let jam =
+        |j: Option<(usize, usize)>| j.map_or("none".to_string(), |(k, n)| format!("i{k}x{n}"));
+    let dims = |o: &[usize]| {
+        o.iter()
+            .map(|k| format!("i{k}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if st.reduce.is_none() {
+        return format!("elementwise outer {}", outer_dims(&st.ty.shape));
+    }
+    match plans(p, st, lanes) {
+        (Some(g), _) => format!(
+            "register-blocked vector i{} lanes {}x{} jam {} outer [{}] trips {}",
+            g.v,
+            g.vecs,
+            g.lanes,
+            jam(g.jam),
+            dims(&g.outer),
+            g.n_outer
+        ),
+        (_, Some(r)) => format!(
+            "row vector i{} jam {} tile {} outer [{}] trips {}{}",
+            r.v,
+            jam(r.jam),
+            r.tile,
+            dims(&r.outer),
+            r.n_outer,
+            if r.guard.is_some() { " guarded" } else { "" }
+        ),
+        _ => format!("plain outer {}", outer_dims(&st.ty.shape)),
+    }
+}
+
 fn plans(p: &Program, st: &Stage, lanes: usize) -> (Option<GemmPlan>, Option<RowPlan>) {
     let shape = &st.ty.shape;
     let rank = shape.len();

@@ -38,7 +38,7 @@ typedef struct {
     int64_t n, chunk, next;
 } cl_omp_job_;
 
-static void cl_omp_body_(void *data) {
+static inline void cl_omp_body_(void *data) {
     cl_omp_job_ *j = (cl_omp_job_ *)data;
     for (;;) {
         int64_t b = __atomic_fetch_add(&j->next, j->chunk, __ATOMIC_RELAXED);
@@ -49,7 +49,7 @@ static void cl_omp_body_(void *data) {
 }
 
 /* `parallel_for` on `pool` OpenMP threads (the pool pointer carries the count). */
-static void cl_omp_parallel_for_(const void *pool, int64_t n, collage_task task, void *ctx) {
+static inline void cl_omp_parallel_for_(const void *pool, int64_t n, collage_task task, void *ctx) {
     int64_t threads = (int64_t)(intptr_t)pool;
     if (n <= 0) return;
     if (threads > n) threads = n;

@@ -7,6 +7,7 @@
 mod expr;
 mod fuse;
 mod interp;
+mod print;
 mod program;
 mod simplify;
 

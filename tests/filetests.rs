@@ -1,0 +1,140 @@
+//! Golden filetests: every stage of the compiler printed as text, for the example model and the
+//! model tests, against the files in `tests/golden/` — the graph IR after the pass pipeline
+//! (`<model>.ir.txt`), the tensor-expression program after placement and fusion (`.te.txt`), the
+//! loop schedule of every generated stage (`.sched.txt`), the arena plan (`.arena.txt`) and the
+//! cost-cache key of every kernel (`.keys.txt`).
+//! Models compile on the `c` backend alone, without a cost cache, so the text is the same on
+//! every machine. Regenerate with `COLLAGE_BLESS=1 cargo test --test filetests` after an intended
+//! change, and review the diff.
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use collage_build::codegen::{self, c::schedule_text, Place};
+use collage_build::pipeline::{self, Options};
+use collage_build::te::BufKind;
+use collage_build::tune::cache::TargetFingerprint;
+use collage_build::{explain, measure};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("COLLAGE_BENCH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/bench/models"))
+}
+
+/// Compares `got` with `tests/golden/<file>` (or writes it under `COLLAGE_BLESS`); returns a
+/// message when they differ.
+fn golden(file: &str, got: &str) -> Option<String> {
+    let path = root().join("tests/golden").join(file);
+    if std::env::var_os("COLLAGE_BLESS").is_some() {
+        std::fs::write(&path, got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    if want == got {
+        return None;
+    }
+    let line = want
+        .lines()
+        .zip(got.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or(want.lines().count().min(got.lines().count()));
+    Some(format!(
+        "{file} differs from line {}: want {:?}, got {:?} (if intended, rerun with COLLAGE_BLESS=1)",
+        line + 1,
+        want.lines().nth(line).unwrap_or("<end>"),
+        got.lines().nth(line).unwrap_or("<end>")
+    ))
+}
+
+/// Prints every stage of `model` and compares each text with its golden file.
+fn check(name: &str, model: &Path) {
+    assert!(
+        model.exists(),
+        "{} is missing: run .ci/run",
+        model.display()
+    );
+    let mut g = collage_build::frontend::onnx::load(model).unwrap();
+    collage_build::passes::run(&mut g, collage_build::passes::PIPELINE).unwrap();
+    let ir = g.to_string();
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let c = pipeline::compile(g, name, &opts).unwrap();
+    let p = &c.program;
+    let te = p.to_string();
+    let mut sched = String::from("# loop schedules of the generated stages (16 f32 lanes)\n");
+    for (k, b) in p.bufs.iter().enumerate() {
+        if let BufKind::Stage(st) = &b.kind {
+            writeln!(sched, "b{k} {:?}: {}", st.name, schedule_text(p, st, 16)).unwrap();
+        }
+    }
+    let (places, weights, size) = codegen::place(p);
+    let mut arena = format!(
+        "# arena {size} bytes, weights {} bytes: [first, last) byte of every stage\n",
+        weights.len()
+    );
+    for (k, place) in places.iter().enumerate() {
+        if let Place::Arena(off) = place {
+            let bytes = p.bufs[k].stored_size();
+            writeln!(arena, "b{k} [{off}, {})", off + bytes).unwrap();
+        }
+    }
+    // The cost-cache keys (without the machine): a changed key would orphan every cached
+    // measurement of the kernel.
+    let target = TargetFingerprint::current("golden");
+    let mut keys =
+        String::from("# cost-cache keys of the kernels: backend, signature, inputs -> output\n");
+    for id in measure::stages(p) {
+        let k = explain::kernel_key(p, id, &target);
+        writeln!(
+            keys,
+            "b{id} {} {} {} -> {}",
+            k.backend,
+            k.signature,
+            k.inputs.join(" "),
+            k.outputs.join(" ")
+        )
+        .unwrap();
+    }
+    let errors: Vec<String> = [
+        (format!("{name}.ir.txt"), ir),
+        (format!("{name}.te.txt"), te),
+        (format!("{name}.sched.txt"), sched),
+        (format!("{name}.arena.txt"), arena),
+        (format!("{name}.keys.txt"), keys),
+    ]
+    .iter()
+    .filter_map(|(file, text)| golden(file, text))
+    .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn mnist_example() {
+    check("mnist", &root().join("examples/mnist/mnist.onnx"));
+}
+
+macro_rules! model_filetests {
+    ($($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                let name = stringify!($name);
+                check(name, &models_dir().join(format!("{name}.onnx")));
+            }
+        )*
+    };
+}
+
+model_filetests!(
+    mlp,
+    mnist_cnn,
+    resnet18,
+    bert_layer,
+    squeezenet,
+    mobilenetv3
+);
