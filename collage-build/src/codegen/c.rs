@@ -230,27 +230,8 @@ impl Emitter<'_> {
             UnOp::Floor | UnOp::Ceil | UnOp::Round if !d.is_float() => x,
             UnOp::Round => f("nearbyint"),
             UnOp::Erf if d == DType::F32 => format!("cl_erff({x})"),
-            other => f(match other {
-                UnOp::Sqrt => "sqrt",
-                UnOp::Exp => "exp",
-                UnOp::Log => "log",
-                UnOp::Sin => "sin",
-                UnOp::Cos => "cos",
-                UnOp::Tan => "tan",
-                UnOp::Asin => "asin",
-                UnOp::Acos => "acos",
-                UnOp::Atan => "atan",
-                UnOp::Sinh => "sinh",
-                UnOp::Cosh => "cosh",
-                UnOp::Asinh => "asinh",
-                UnOp::Acosh => "acosh",
-                UnOp::Atanh => "atanh",
-                UnOp::Tanh => "tanh",
-                UnOp::Erf => "erf",
-                UnOp::Floor => "floor",
-                UnOp::Ceil => "ceil",
-                _ => unreachable!(),
-            }),
+            // The rest are C's libm functions of the same name as the text form's.
+            other => f(other.name()),
         }
     }
 
