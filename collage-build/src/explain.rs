@@ -156,11 +156,11 @@ pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
             };
             st.work() as f64 / rate + 0.05
         }
-        crate::te::Exec::Gemm(_) | crate::te::Exec::Dnnl(_) => {
-            let (rate, reorder) = match &st.exec {
-                crate::te::Exec::Dnnl(d) => {
+        crate::te::Exec::Library { .. } => {
+            let (rate, reorder) = match st.exec.window() {
+                Some(d) => {
                     let elems = (d.n * d.ic * d.ih * d.iw + d.n * d.oc * d.oh * d.ow) as f64;
-                    let rate = if d.kind == crate::te::DnnlKind::Conv {
+                    let rate = if d.kind == crate::te::WindowKind::Conv {
                         DNNL_CONV_RATE
                     } else {
                         DNNL_POOL_RATE

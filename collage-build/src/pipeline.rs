@@ -285,7 +285,7 @@ impl<'a> Pricer<'a> {
                 *f = f.map_src(&remap);
             }
             st.part = 0;
-            if library && st.reduce.is_some() && !matches!(st.exec, te::Exec::Dnnl(_)) {
+            if library && st.reduce.is_some() && st.exec.window().is_none() {
                 st.exec = codegen::exec_for(&p, &st, Some(backend));
             }
             any_library |= library && st.exec != te::Exec::Generated;

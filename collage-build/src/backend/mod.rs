@@ -26,25 +26,154 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn supports(&self, op_type: &str, kind: OpKind) -> bool;
     /// The sub-graphs the backend can run as one kernel, as a partition rule.
     fn rule(&self) -> PartitionRule;
-    /// Whether the backend's contraction stages are library calls (`Exec::Gemm`).
+    /// Whether the backend's contraction stages are library calls (`Exec::Library`).
     fn library(&self) -> bool {
         false
     }
+    /// The C helpers generated code calls on this backend (behind an include guard), emitted
+    /// once per translation unit that has one of its calls.
+    fn c_prelude(&self) -> &'static str {
+        ""
+    }
+    /// The libraries generated code with one of its calls links (`-l<name>`).
+    fn links(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// For GEMM libraries: the C function computing one block of a product, with the signature
+    /// of `collage_rt::sgemm` (`m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc`).
+    fn gemm_fn(&self) -> Option<&'static str> {
+        None
+    }
 }
 
-/// Every backend compiled into this `collage-build`, available on this machine or not, in the
-/// default priority order.
+/// A backend this compiler knows, whether or not it is compiled in or usable here: how the
+/// tensor-expression IR (`te::Exec::Library`) and the generated code name backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BackendId {
+    /// Generated C kernels.
+    C,
+    /// The pure-Rust `gemm` crate.
+    Gemm,
+    /// A system CBLAS (OpenBLAS).
+    Blas,
+    /// oneDNN.
+    Dnnl,
+}
+
+impl BackendId {
+    /// Every backend, in the default priority order.
+    pub const ALL: [BackendId; 4] = [
+        BackendId::C,
+        BackendId::Gemm,
+        BackendId::Blas,
+        BackendId::Dnnl,
+    ];
+
+    /// The short name used on the command line and in caches.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendId::C => "c",
+            BackendId::Gemm => "gemm",
+            BackendId::Blas => "blas",
+            BackendId::Dnnl => "dnnl",
+        }
+    }
+
+    /// The backend named `name`, if this compiler knows it.
+    pub fn from_name(name: &str) -> Option<BackendId> {
+        BackendId::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The backend, or why it cannot be used: compiled out (its Cargo feature is off) or not
+    /// available on this machine (its library does not link here). An exhaustive match, so a
+    /// new id cannot be forgotten.
+    pub fn lookup(self) -> std::result::Result<Box<dyn Backend>, Unavailable> {
+        match self {
+            BackendId::C => Ok(Box::new(CBackend)),
+            BackendId::Gemm => Ok(Box::new(gemm::backend())),
+            BackendId::Blas => {
+                #[cfg(feature = "blas")]
+                return if blas::available() {
+                    Ok(Box::new(blas::backend()))
+                } else {
+                    Err(Unavailable::NotHere {
+                        backend: self,
+                        needs: blas::NEEDS,
+                    })
+                };
+                #[cfg(not(feature = "blas"))]
+                Err(Unavailable::Disabled {
+                    backend: self,
+                    feature: "blas",
+                })
+            }
+            BackendId::Dnnl => {
+                #[cfg(feature = "dnnl")]
+                return if dnnl::available() {
+                    Ok(Box::new(dnnl::backend()))
+                } else {
+                    Err(Unavailable::NotHere {
+                        backend: self,
+                        needs: dnnl::NEEDS,
+                    })
+                };
+                #[cfg(not(feature = "dnnl"))]
+                Err(Unavailable::Disabled {
+                    backend: self,
+                    feature: "dnnl",
+                })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for BackendId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a known backend cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// Compiled out: `collage-build` was built without the backend's Cargo feature.
+    Disabled {
+        /// The backend.
+        backend: BackendId,
+        /// The feature that enables it.
+        feature: &'static str,
+    },
+    /// Compiled in, but its library does not work on this machine (or it was turned off with
+    /// its `COLLAGE_NO_*` variable).
+    NotHere {
+        /// The backend.
+        backend: BackendId,
+        /// What it needs, for the message.
+        needs: &'static str,
+    },
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unavailable::Disabled { backend, feature } => write!(
+                f,
+                "backend `{backend}` is disabled at build time (build collage-build with its `{feature}` feature)"
+            ),
+            Unavailable::NotHere { backend, needs } => write!(
+                f,
+                "backend `{backend}` is not available on this machine (it needs {needs})"
+            ),
+        }
+    }
+}
+
+/// Every backend this compiler knows, available here or not, in the default priority order.
 pub const ALL: &[&str] = &["c", "gemm", "blas", "dnnl"];
 
 /// The backend named `name`, if it is compiled in and usable here.
 pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
-    match name {
-        "c" => Some(Box::new(CBackend)),
-        "gemm" => Some(Box::new(gemm::backend())),
-        "blas" if blas::available() => Some(Box::new(blas::backend())),
-        "dnnl" if dnnl::available() => Some(Box::new(dnnl::backend())),
-        _ => None,
-    }
+    BackendId::from_name(name)?.lookup().ok()
 }
 
 /// The backends available in this build and on this machine.
@@ -66,19 +195,62 @@ pub fn select(list: &str) -> Result<Vec<Box<dyn Backend>>> {
     let mut out: Vec<Box<dyn Backend>> = Vec::new();
     let mut bad = Vec::new();
     for n in names {
-        match by_name(n) {
-            Some(b) if !out.iter().any(|x| x.name() == n) => out.push(b),
-            Some(_) => {}
-            None => bad.push(n.to_string()),
+        match BackendId::from_name(n).map(BackendId::lookup) {
+            Some(Ok(b)) if !out.iter().any(|x| x.name() == n) => out.push(b),
+            Some(Ok(_)) => {}
+            Some(Err(why)) => bad.push(why.to_string()),
+            None => bad.push(format!("unknown backend `{n}` (known: {})", ALL.join(", "))),
         }
     }
     if !bad.is_empty() {
         let have: Vec<&str> = available().iter().map(|b| b.name()).collect();
         return Err(Error::Usage(format!(
-            "unknown or unavailable backend(s) {}; available here: {}",
-            bad.join(", "),
+            "{}; available here: {}",
+            bad.join("; "),
             have.join(", ")
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_disabled_and_missing_backends_are_distinct_errors() {
+        let e = select("c,cuda").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown backend `cuda` (known: c, gemm, blas, dnnl)"),
+            "{e}"
+        );
+        let disabled = Unavailable::Disabled {
+            backend: BackendId::Dnnl,
+            feature: "dnnl",
+        };
+        assert_eq!(
+            disabled.to_string(),
+            "backend `dnnl` is disabled at build time (build collage-build with its `dnnl` feature)"
+        );
+        let missing = Unavailable::NotHere {
+            backend: BackendId::Blas,
+            needs: blas::NEEDS,
+        };
+        assert!(missing
+            .to_string()
+            .starts_with("backend `blas` is not available on this machine (it needs "));
+        // Compiled out, the library backends answer "disabled", never "unknown".
+        for (id, on) in [
+            (BackendId::Blas, cfg!(feature = "blas")),
+            (BackendId::Dnnl, cfg!(feature = "dnnl")),
+        ] {
+            match id.lookup() {
+                Err(Unavailable::Disabled { .. }) => assert!(!on, "{id} compiled in"),
+                Err(Unavailable::NotHere { .. }) | Ok(_) => assert!(on, "{id} compiled out"),
+            }
+        }
+        for id in BackendId::ALL {
+            assert_eq!(BackendId::from_name(id.name()), Some(id));
+        }
+    }
 }

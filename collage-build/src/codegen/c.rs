@@ -6,7 +6,9 @@
 use std::fmt::Write;
 
 use crate::ir::{strides, DType};
-use crate::te::{BinOp, BufKind, Exec, Expr, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL};
+use crate::te::{
+    BinOp, BufKind, Exec, Expr, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL,
+};
 
 /// Where every buffer lives at run time.
 #[derive(Clone, Debug)]
@@ -434,20 +436,20 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     if !backends.is_empty() {
         out.push_str(super::library::PRELUDE);
     }
-    if backends.contains(&"blas") {
-        out.push_str("/* collage-link: openblas */\n");
-        out.push_str(super::library::BLAS_PRELUDE);
+    for name in &backends {
+        let b = crate::backend::by_name(name)
+            .unwrap_or_else(|| panic!("a program calls backend {name}, which is not available"));
+        for lib in b.links() {
+            writeln!(out, "/* collage-link: {lib} */").unwrap();
+        }
+        out.push_str(b.c_prelude());
     }
-    if backends.contains(&"dnnl") {
-        out.push_str("/* collage-link: dnnl */\n/* collage-link: gomp */\n");
-        out.push_str(super::library::DNNL_PRELUDE);
-    }
-    let sites = super::dnnl::sites(p);
-    let dnnl_calls: Vec<super::dnnl::DnnlCall> = sites
+    let sites = crate::backend::dnnl::codegen::sites(p);
+    let dnnl_calls: Vec<crate::backend::dnnl::codegen::DnnlCall> = sites
         .iter()
         .map(|&id| {
             let st = p.stage(id).expect("a stage");
-            super::dnnl::call(p, id, st).unwrap_or_else(|| {
+            crate::backend::dnnl::codegen::call(p, id, st).unwrap_or_else(|| {
                 panic!(
                     "stage {} on dnnl does not read its primitive's operands (placement bug)",
                     st.name
@@ -457,9 +459,9 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         .collect();
     if !sites.is_empty() {
         out.push_str("/* collage-link: pthread */\n");
-        out.push_str(super::dnnl::PRELUDE);
-        let links = super::dnnl::links(p, &sites, &dnnl_calls);
-        super::dnnl::emit_table(&mut out, symbol, &dnnl_calls, &links);
+        out.push_str(crate::backend::dnnl::codegen::PRELUDE);
+        let links = crate::backend::dnnl::codegen::links(p, &sites, &dnnl_calls);
+        crate::backend::dnnl::codegen::emit_table(&mut out, symbol, &dnnl_calls, &links);
     }
     let dnnl = Dnnl {
         symbol,
@@ -480,7 +482,7 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     emit_variant(&mut out, p, places, "", &dnnl);
     writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
     if !sites.is_empty() {
-        super::dnnl::emit_shared_entry(&mut out, symbol, sites.len());
+        crate::backend::dnnl::codegen::emit_shared_entry(&mut out, symbol, sites.len());
     }
     out.push_str("#ifdef CL_DISPATCH\n");
     for (suffix, _, cond) in VARIANTS {
@@ -519,7 +521,7 @@ fn stage_title(st: &Stage) -> String {
 struct Dnnl<'a> {
     symbol: &'a str,
     sites: &'a [u32],
-    calls: &'a [super::dnnl::DnnlCall],
+    calls: &'a [crate::backend::dnnl::codegen::DnnlCall],
 }
 
 fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, dnnl: &Dnnl) {
@@ -533,16 +535,31 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, d
         // consumers) runs afterwards as an in-place loop.
         let rest = match &st.exec {
             Exec::Generated => None,
-            Exec::Dnnl(_) => {
+            Exec::Library {
+                call: LibraryCall::Window(_),
+                ..
+            } => {
                 let site = dnnl.sites.binary_search(&id).expect("a primitive site");
                 let call = &dnnl.calls[site];
                 let fname = format!("k{id}{suffix}_dnnl");
                 writeln!(out, "\n/* {} on a oneDNN primitive */", stage_title(st)).unwrap();
-                super::dnnl::emit_call(out, places, dnnl.symbol, site, id, call, &fname);
+                crate::backend::dnnl::codegen::emit_call(
+                    out,
+                    places,
+                    dnnl.symbol,
+                    site,
+                    id,
+                    call,
+                    &fname,
+                );
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
                 Some(call.epilogue.clone())
             }
-            Exec::Gemm(backend) => {
+            Exec::Library {
+                backend,
+                call: LibraryCall::Gemm,
+            } => {
+                let backend = backend.name();
                 let g = super::library::gemm_call(p, st).unwrap_or_else(|| {
                     panic!(
                         "stage {} on {backend} is not a GEMM (placement bug)",

@@ -276,44 +276,6 @@ static inline void cl_gemm(const collage_rt *rt, cl_gemm_job *j) {
 #endif
 "#;
 
-/// The BLAS (cblas) adapter, declared without the header (the ABI is fixed by the standard:
-/// row-major 101, no transpose 111, transpose 112), compiled in when a program uses `blas`.
-pub const BLAS_PRELUDE: &str = r#"
-#ifndef CL_BLAS_PRELUDE
-#define CL_BLAS_PRELUDE
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc);
-/* OpenBLAS runs its own threads unless told otherwise; every call here is already one block of a
-   parallel loop, so it runs on one thread (weak: absent in other BLAS implementations). */
-void openblas_set_num_threads(int) __attribute__((weak));
-static inline void cl_blas_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
-                          const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
-    static int single = 0;
-    if (!single) { if (openblas_set_num_threads) openblas_set_num_threads(1); single = 1; }
-    cl_blas_layout l = cl_blas_layout_of(m, n, k, a_rs, a_cs, b_rs, b_cs);
-    cblas_sgemm(101, l.na ? 111 : 112, l.nb ? 111 : 112, (int)m, (int)n, (int)k, 1.0f, a, (int)l.lda, b,
-                (int)l.ldb, 0.0f, c, (int)ldc);
-}
-#endif
-"#;
-
-/// The oneDNN adapter (`dnnl_sgemm`, row-major, from oneDNN's C API header), compiled in when a
-/// program uses `dnnl`. oneDNN threads with OpenMP; every call here is one block of a parallel
-/// loop, so the calling thread's OpenMP team is set to one thread.
-pub const DNNL_PRELUDE: &str = r#"
-#ifndef CL_DNNL_PRELUDE
-#define CL_DNNL_PRELUDE
-#include <dnnl.h>
-void omp_set_num_threads(int) __attribute__((weak));
-static inline void cl_dnnl_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
-                                 const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
-    if (omp_set_num_threads) omp_set_num_threads(1);
-    cl_blas_layout l = cl_blas_layout_of(m, n, k, a_rs, a_cs, b_rs, b_cs);
-    dnnl_sgemm(l.na ? 'N' : 'T', l.nb ? 'N' : 'T', m, n, k, 1.0f, a, l.lda, b, l.ldb, 0.0f, c, ldc);
-}
-#endif
-"#;
-
 /// Whether a BLAS call can take these strides (one of each operand's strides is 1 and the other
 /// a valid leading dimension); the `gemm` crate takes any strides.
 pub fn blas_strides_ok(g: &GemmCall) -> bool {
@@ -348,11 +310,9 @@ pub fn emit_gemm(
     fname: &str,
     parallel: bool,
 ) {
-    let f = match backend {
-        "blas" => "cl_blas_sgemm",
-        "dnnl" => "cl_dnnl_sgemm",
-        _ => "rt->sgemm",
-    };
+    let f = crate::backend::by_name(backend)
+        .and_then(|b| b.gemm_fn())
+        .unwrap_or_else(|| panic!("backend {backend} places GEMMs but names no GEMM function"));
     // The kernel is written after its batch-offsets function (below).
     let kernel = &mut String::new();
     writeln!(
@@ -428,7 +388,7 @@ mod tests {
             }),
             materialize: false,
             part: 0,
-            exec: Exec::Gemm("blas"),
+            exec: Exec::gemm(crate::backend::BackendId::Blas),
         }
     }
 

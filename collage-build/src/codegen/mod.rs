@@ -1,7 +1,6 @@
 //! Code generation: lowering the graph to a [`Program`], fusion, arena planning, C kernels and the
 //! Rust glue.
 pub mod c;
-pub mod dnnl;
 pub mod library;
 pub mod rust;
 mod window;
@@ -9,6 +8,7 @@ mod window;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::backend::BackendId;
 use crate::error::{OpError, Result};
 use crate::ir::{Graph, Tensor, TensorType, ValueId};
 use crate::ops::LowerCx;
@@ -65,16 +65,16 @@ pub type NodeAssign<'a> = &'a dyn Fn(usize) -> (u32, Option<&'static str>);
 /// The execution of a stage whose node runs on `backend`: a library call when the backend is a
 /// GEMM library and the stage is a GEMM it can take, else generated.
 pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::Exec {
-    let Some(b) = backend else {
+    let Some(b) = backend.and_then(BackendId::from_name) else {
         return te::Exec::Generated;
     };
     let probe = Stage {
-        exec: te::Exec::Gemm(b),
+        exec: te::Exec::gemm(b),
         ..st.clone()
     };
     match library::gemm_call(p, &probe) {
         // BLAS-style interfaces take one unit stride per operand; the `gemm` crate any strides.
-        Some(g) if b == "gemm" || library::blas_strides_ok(&g) => te::Exec::Gemm(b),
+        Some(g) if b == BackendId::Gemm || library::blas_strides_ok(&g) => te::Exec::gemm(b),
         _ => te::Exec::Generated,
     }
 }
@@ -117,7 +117,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
         // On `dnnl`, an operator with a oneDNN primitive is lowered to its direct form: one
         // reduction stage that the primitive computes.
         let prim = match backend {
-            Some("dnnl") => node.op.dnnl_prim(&cx),
+            Some("dnnl") => node.op.window(&cx),
             _ => None,
         };
         cx.direct = prim.is_some();
@@ -151,7 +151,10 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
                 ..st
             };
             if let Some(prim) = prim {
-                st.exec = te::Exec::Dnnl(Box::new(prim));
+                st.exec = te::Exec::Library {
+                    backend: BackendId::Dnnl,
+                    call: te::LibraryCall::Window(Box::new(prim)),
+                };
             } else if st.reduce.is_some() {
                 st.exec = exec_for(&p, &st, backend);
             }

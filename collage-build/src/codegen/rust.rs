@@ -84,7 +84,7 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
         c.arena_size
     );
     // oneDNN primitives live in a per-instance state created with the model (`codegen::dnnl`).
-    let has_lib = !super::dnnl::sites(&c.program).is_empty();
+    let has_lib = !crate::backend::dnnl::codegen::sites(&c.program).is_empty();
     let lib_new = format_ident!("collage_{}_lib_new", c.symbol);
     let lib_free = format_ident!("collage_{}_lib_free", c.symbol);
     let (lib_field, lib_decl, lib_init, lib_set) = if has_lib {

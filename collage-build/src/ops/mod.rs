@@ -110,7 +110,7 @@ pub struct LowerCx<'a> {
     /// A prefix for stage names.
     pub name: String,
     /// Lower to the operator's direct form (one stage, no im2col): the node runs as a library
-    /// primitive ([`Operator::dnnl_prim`]) and the stage only names its operands.
+    /// primitive ([`Operator::window`]) and the stage only names its operands.
     pub direct: bool,
 }
 
@@ -231,7 +231,7 @@ pub trait Operator: AsAny + fmt::Debug + Send + Sync + 'static {
 
     /// The oneDNN primitive that computes this node whole (lowered with [`LowerCx::direct`] to
     /// one reduction stage), if it has one for these types.
-    fn dnnl_prim(&self, _cx: &LowerCx) -> Option<crate::te::DnnlPrim> {
+    fn window(&self, _cx: &LowerCx) -> Option<crate::te::WindowOp> {
         None
     }
 }

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::error::OpError;
 use crate::ir::{DType, TensorType};
-use crate::te::{DnnlKind, DnnlPrim, Expr, RedOp, Src};
+use crate::te::{Expr, RedOp, Src, WindowKind, WindowOp};
 
 // ---------------------------------------------------------------------------------------------
 // Sliding windows (Conv, ConvTranspose, pools)
@@ -289,7 +289,13 @@ impl Geom {
     /// `None` when oneDNN's geometry cannot express it: the end padding is re-derived so that
     /// oneDNN's output-size formula gives ONNX's output size (ceil mode), and windows lying
     /// wholly in the padding are refused (ONNX and oneDNN disagree on them).
-    fn dnnl(&self, kind: DnnlKind, x: &TensorType, oc: usize, groups: usize) -> Option<DnnlPrim> {
+    fn window_op(
+        &self,
+        kind: WindowKind,
+        x: &TensorType,
+        oc: usize,
+        groups: usize,
+    ) -> Option<WindowOp> {
         if x.rank() != 4 || x.dtype != DType::F32 || self.input.len() != 2 {
             return None;
         }
@@ -330,12 +336,12 @@ impl Geom {
             if !(0..o).all(|w| reaches(w * s - p0)) {
                 return None;
             }
-            if kind == DnnlKind::AvgPoolIncludePad && *end_j != self.pe[j] {
+            if kind == WindowKind::AvgPoolIncludePad && *end_j != self.pe[j] {
                 return None;
             }
         }
         let d = |v: usize| v as i64;
-        Some(DnnlPrim {
+        Some(WindowOp {
             kind,
             n: d(x.shape[0]),
             ic: d(x.shape[1]),
@@ -598,10 +604,10 @@ impl Operator for Conv {
         Ok(vec![weighted_sum(cx, out, xi, wi, cond, cg, &geo.kernel)])
     }
 
-    fn dnnl_prim(&self, cx: &LowerCx) -> Option<DnnlPrim> {
+    fn window(&self, cx: &LowerCx) -> Option<WindowOp> {
         let (x, w) = (cx.input(0), cx.input(1));
         let geo = self.geom(x, w).ok()?;
-        geo.dnnl(DnnlKind::Conv, x, w.shape[0], self.group)
+        geo.window_op(WindowKind::Conv, x, w.shape[0], self.group)
     }
 }
 
@@ -903,14 +909,14 @@ impl Operator for MaxPool {
         Ok(vec![y, idx])
     }
 
-    fn dnnl_prim(&self, cx: &LowerCx) -> Option<DnnlPrim> {
+    fn window(&self, cx: &LowerCx) -> Option<WindowOp> {
         if self.indices {
             return None;
         }
         let x = cx.input(0);
         pool_geom(cx, &self.win)
             .ok()?
-            .dnnl(DnnlKind::MaxPool, x, x.shape[1], 1)
+            .window_op(WindowKind::MaxPool, x, x.shape[1], 1)
     }
 }
 
@@ -977,14 +983,16 @@ impl Operator for AveragePool {
         )])
     }
 
-    fn dnnl_prim(&self, cx: &LowerCx) -> Option<DnnlPrim> {
+    fn window(&self, cx: &LowerCx) -> Option<WindowOp> {
         let kind = if self.count_include_pad {
-            DnnlKind::AvgPoolIncludePad
+            WindowKind::AvgPoolIncludePad
         } else {
-            DnnlKind::AvgPoolExcludePad
+            WindowKind::AvgPoolExcludePad
         };
         let x = cx.input(0);
-        pool_geom(cx, &self.win).ok()?.dnnl(kind, x, x.shape[1], 1)
+        pool_geom(cx, &self.win)
+            .ok()?
+            .window_op(kind, x, x.shape[1], 1)
     }
 }
 
@@ -1806,7 +1814,7 @@ mod tests {
     use super::*;
 
     /// A 1-row, `w`-wide pooling window geometry over a [1, 1, 1, w] input.
-    fn pool(w: usize, k: i64, s: i64, d: i64, pads: [i64; 2], ceil: bool) -> Option<DnnlPrim> {
+    fn pool(w: usize, k: i64, s: i64, d: i64, pads: [i64; 2], ceil: bool) -> Option<WindowOp> {
         let win = Window {
             auto_pad: AutoPad::NotSet,
             kernel: Some(vec![1, k]),
@@ -1817,7 +1825,7 @@ mod tests {
         };
         let geo = win.geom(&[1, w], None, true).ok()?;
         let x = TensorType::new(DType::F32, vec![1, 1, 1, w]);
-        geo.dnnl(DnnlKind::AvgPoolExcludePad, &x, 1, 1)
+        geo.window_op(WindowKind::AvgPoolExcludePad, &x, 1, 1)
     }
 
     /// What oneDNN's pooling refuses, or computes differently from ONNX, stays generated code.

@@ -145,7 +145,10 @@ fn fuse_epilogues(p: &mut Program) {
             };
             let kbuf = &p.bufs[k as usize];
             // A pooling primitive computes its own finalize and nothing else.
-            let pooling = matches!(&pst.exec, Exec::Dnnl(d) if d.kind != super::DnnlKind::Conv);
+            let pooling = pst
+                .exec
+                .window()
+                .is_some_and(|d| d.kind != super::WindowKind::Conv);
             if readers[k as usize] != [c as u32]
                 || pooling
                 || pst.part != cst.part

@@ -12,7 +12,8 @@ mod program;
 mod simplify;
 
 pub use expr::{
-    bcast_index, BinOp, DnnlKind, DnnlPrim, Exec, Expr, RedOp, Reduce, Scalar, Src, Stage, UnOp,
+    bcast_index, BinOp, Exec, Expr, LibraryCall, RedOp, Reduce, Scalar, Src, Stage, UnOp,
+    WindowKind, WindowOp,
 };
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};

@@ -15,7 +15,9 @@
 //! `b<k>{e}` loads at a flat offset; constants carry their type (`0.5f32`, `3i64`, `true`).
 use std::fmt::{self, Display, Formatter, Write as _};
 
-use super::{BinOp, BufKind, DnnlKind, Exec, Expr, Program, RedOp, Scalar, Src, Stage, UnOp};
+use super::{
+    BinOp, BufKind, Exec, Expr, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, WindowKind,
+};
 
 impl Display for Src {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -166,26 +168,32 @@ impl Display for Expr {
     }
 }
 
-impl Display for DnnlKind {
+impl Display for WindowKind {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            DnnlKind::Conv => "conv",
-            DnnlKind::MaxPool => "maxpool",
-            DnnlKind::AvgPoolExcludePad => "avgpool_exclude_pad",
-            DnnlKind::AvgPoolIncludePad => "avgpool_include_pad",
+            WindowKind::Conv => "conv",
+            WindowKind::MaxPool => "maxpool",
+            WindowKind::AvgPoolExcludePad => "avgpool_exclude_pad",
+            WindowKind::AvgPoolIncludePad => "avgpool_include_pad",
         })
     }
 }
 
 impl Display for Exec {
-    /// `c`, the GEMM library's name, or `dnnl <primitive>(<geometry>)`.
+    /// `c`, `<backend> gemm`, or `<backend> <window operator>(<geometry>)`.
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
             Exec::Generated => f.write_str("c"),
-            Exec::Gemm(b) => write!(f, "{b} gemm"),
-            Exec::Dnnl(d) => write!(
+            Exec::Library {
+                backend,
+                call: LibraryCall::Gemm,
+            } => write!(f, "{backend} gemm"),
+            Exec::Library {
+                backend,
+                call: LibraryCall::Window(d),
+            } => write!(
                 f,
-                "dnnl {}(n={} ic={} ih={} iw={} oc={} oh={} ow={} k={}x{} s={}x{} d={}x{} pad={},{},{},{} groups={})",
+                "{backend} {}(n={} ic={} ih={} iw={} oc={} oh={} ow={} k={}x{} s={}x{} d={}x{} pad={},{},{},{} groups={})",
                 d.kind,
                 d.n,
                 d.ic,

@@ -9,10 +9,12 @@
 //! - MatMul, Gemm and the other convolutions run as GEMMs by `dnnl_sgemm` (over an im2col
 //!   buffer for convolutions), with the consumers as an in-place epilogue.
 //!
-//! Primitives are created when a model instance is (`codegen::dnnl`), never in `run`. Compiled
+//! Primitives are created when a model instance is ([`codegen`]), never in `run`. Compiled
 //! in with the `dnnl` feature (default); offered only when a test program including `dnnl.h`
 //! compiles and links here, so a machine without oneDNN simply does not get the backend.
 use std::sync::OnceLock;
+
+pub mod codegen;
 
 use super::gemm::{gemm_rule, CONTRACTIONS};
 use super::Backend;
@@ -46,6 +48,18 @@ impl Backend for DnnlBackend {
     fn library(&self) -> bool {
         true
     }
+
+    fn c_prelude(&self) -> &'static str {
+        SGEMM_PRELUDE
+    }
+
+    fn links(&self) -> &'static [&'static str] {
+        &["dnnl", "gomp"]
+    }
+
+    fn gemm_fn(&self) -> Option<&'static str> {
+        Some("cl_dnnl_sgemm")
+    }
 }
 
 /// The `dnnl` backend.
@@ -57,6 +71,27 @@ const PROBE: &str = "#include <stdint.h>\n#include <dnnl.h>\nint main(void) { fl
 c = 0; dnnl_engine_t e; if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success) return 1; \
 dnnl_engine_destroy(e); return dnnl_sgemm('N', 'N', 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1) \
 == dnnl_success && c == 2.0f ? 0 : 1; }\n";
+
+/// The oneDNN adapter (`dnnl_sgemm`, row-major, from oneDNN's C API header), compiled in when a
+/// program uses `dnnl`. oneDNN threads with OpenMP; every call here is one block of a parallel
+/// loop, so the calling thread's OpenMP team is set to one thread.
+pub const SGEMM_PRELUDE: &str = r#"
+#ifndef CL_DNNL_PRELUDE
+#define CL_DNNL_PRELUDE
+#include <dnnl.h>
+void omp_set_num_threads(int) __attribute__((weak));
+static inline void cl_dnnl_sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                                 const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc) {
+    if (omp_set_num_threads) omp_set_num_threads(1);
+    cl_blas_layout l = cl_blas_layout_of(m, n, k, a_rs, a_cs, b_rs, b_cs);
+    dnnl_sgemm(l.na ? 'N' : 'T', l.nb ? 'N' : 'T', m, n, k, 1.0f, a, l.lda, b, l.ldb, 0.0f, c, ldc);
+}
+#endif
+"#;
+
+/// What the backend needs on the build machine, for the "not available" error.
+pub const NEEDS: &str =
+    "oneDNN 2.x (`dnnl.h`, `-ldnnl -lgomp`; Debian: libdnnl-dev) and `COLLAGE_NO_DNNL` unset";
 
 /// Whether oneDNN (header and library) works on this machine (probed once per process;
 /// `COLLAGE_NO_DNNL` disables).

@@ -37,13 +37,19 @@ pub fn gemm_rule() -> PartitionRule {
 /// [`gemm_rule`] and differ only in the library the generated code calls.
 #[derive(Debug)]
 pub struct GemmLibrary {
-    /// The backend name, which also selects the call adapter (`codegen::library`).
-    pub name: &'static str,
+    /// The backend.
+    pub id: super::BackendId,
+    /// Its C helpers ([`Backend::c_prelude`]).
+    pub c_prelude: &'static str,
+    /// Its libraries ([`Backend::links`]).
+    pub links: &'static [&'static str],
+    /// Its block GEMM function ([`Backend::gemm_fn`]).
+    pub gemm_fn: &'static str,
 }
 
 impl Backend for GemmLibrary {
     fn name(&self) -> &'static str {
-        self.name
+        self.id.name()
     }
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
@@ -57,9 +63,27 @@ impl Backend for GemmLibrary {
     fn library(&self) -> bool {
         true
     }
+
+    fn c_prelude(&self) -> &'static str {
+        self.c_prelude
+    }
+
+    fn links(&self) -> &'static [&'static str] {
+        self.links
+    }
+
+    fn gemm_fn(&self) -> Option<&'static str> {
+        Some(self.gemm_fn)
+    }
 }
 
 /// The `gemm` backend (always available: the crate is a dependency of the runtime).
 pub fn backend() -> GemmLibrary {
-    GemmLibrary { name: "gemm" }
+    GemmLibrary {
+        id: super::BackendId::Gemm,
+        c_prelude: "",
+        links: &[],
+        // The runtime's callback into the `gemm` crate.
+        gemm_fn: "rt->sgemm",
+    }
 }

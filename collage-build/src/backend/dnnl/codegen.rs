@@ -1,4 +1,4 @@
-//! oneDNN primitives for stages placed on the `dnnl` backend ([`Exec::Dnnl`]: convolution,
+//! oneDNN primitives for stages placed on the `dnnl` backend ([`Exec::Library`] with a window call: convolution,
 //! pooling): which buffers a primitive reads and writes,
 //! which of the fused elementwise consumers become its bias and post-ops (sum for a residual
 //! add, ReLU), how convolutions hand their outputs to each other, and the C that creates the
@@ -12,18 +12,18 @@
 //! under a mutex.
 use std::fmt::Write;
 
-use super::c::Place;
+use crate::codegen::c::Place;
 use crate::ir::DType;
-use crate::te::{BinOp, BufKind, DnnlKind, DnnlPrim, Exec, Expr, Program, Src, Stage};
+use crate::te::{BinOp, BufKind, Expr, Program, Src, Stage, WindowKind, WindowOp};
 
 /// The C helpers (oneDNN's header, the primitive table and its execution).
-pub const PRELUDE: &str = include_str!("dnnl_prims.c");
+pub const PRELUDE: &str = include_str!("prims.c");
 
 /// How one stage runs on a oneDNN primitive.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DnnlCall {
     /// The primitive and its geometry.
-    pub prim: DnnlPrim,
+    pub prim: WindowOp,
     /// The input activation buffer.
     pub src: u32,
     /// The weights (convolution).
@@ -44,17 +44,17 @@ pub struct DnnlCall {
 
 impl DnnlCall {
     fn conv(&self) -> bool {
-        self.prim.kind == DnnlKind::Conv
+        self.prim.kind == WindowKind::Conv
     }
 }
 
-/// The stages of `p` computed by oneDNN primitives ([`Exec::Dnnl`]), in program order (their
+/// The stages of `p` computed by oneDNN primitives ([`Exec::Library`] with a window call), in program order (their
 /// site numbers).
 pub fn sites(p: &Program) -> Vec<u32> {
     p.bufs
         .iter()
         .enumerate()
-        .filter(|(_, b)| matches!(&b.kind, BufKind::Stage(st) if matches!(st.exec, Exec::Dnnl(_))))
+        .filter(|(_, b)| matches!(&b.kind, BufKind::Stage(st) if st.exec.window().is_some()))
         .map(|(i, _)| i as u32)
         .collect()
 }
@@ -63,10 +63,7 @@ pub fn sites(p: &Program) -> Vec<u32> {
 /// convolution, its finalize split into bias, post-ops and epilogue; `None` if the body does not
 /// read the operands the primitive needs (a placement bug).
 pub fn call(p: &Program, id: u32, st: &Stage) -> Option<DnnlCall> {
-    let Exec::Dnnl(prim) = &st.exec else {
-        return None;
-    };
-    let prim = **prim;
+    let prim = *st.exec.window()?;
     let src_shape = [prim.n, prim.ic, prim.ih, prim.iw].map(|v| v as usize);
     let (mut src, mut wei) = (None, None);
     st.body.visit(&mut |x| {
@@ -74,7 +71,7 @@ pub fn call(p: &Program, id: u32, st: &Stage) -> Option<DnnlCall> {
             let shape = &p.bufs[*b as usize].ty.shape;
             if idx.first() == Some(&Expr::var(0)) && shape[..] == src_shape[..] {
                 src = src.or(Some(*b));
-            } else if prim.kind == DnnlKind::Conv && idx.first() == Some(&Expr::var(1)) {
+            } else if prim.kind == WindowKind::Conv && idx.first() == Some(&Expr::var(1)) {
                 wei = wei.or(Some(*b));
             }
         }
@@ -90,7 +87,7 @@ pub fn call(p: &Program, id: u32, st: &Stage) -> Option<DnnlCall> {
         wei_const: false,
         epilogue: None,
     };
-    if prim.kind != DnnlKind::Conv {
+    if prim.kind != WindowKind::Conv {
         // Pooling computes its whole finalize (the average's divisor); fusion adds nothing.
         return Some(call);
     }
@@ -292,12 +289,12 @@ pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
     out
 }
 
-fn kind_name(k: DnnlKind) -> &'static str {
+fn kind_name(k: WindowKind) -> &'static str {
     match k {
-        DnnlKind::Conv => "CL_DNNL_CONV",
-        DnnlKind::MaxPool => "CL_DNNL_MAXPOOL",
-        DnnlKind::AvgPoolExcludePad => "CL_DNNL_AVGPOOL_EXCLUDE",
-        DnnlKind::AvgPoolIncludePad => "CL_DNNL_AVGPOOL_INCLUDE",
+        WindowKind::Conv => "CL_DNNL_CONV",
+        WindowKind::MaxPool => "CL_DNNL_MAXPOOL",
+        WindowKind::AvgPoolExcludePad => "CL_DNNL_AVGPOOL_EXCLUDE",
+        WindowKind::AvgPoolIncludePad => "CL_DNNL_AVGPOOL_INCLUDE",
     }
 }
 
@@ -395,7 +392,7 @@ pub fn emit_call(
     call: &DnnlCall,
     fname: &str,
 ) {
-    let ptr = |b: u32| super::library::buf_ptr(places, b);
+    let ptr = |b: u32| crate::codegen::library::buf_ptr(places, b);
     let dst = ptr(id).replace("const float", "float");
     writeln!(
         out,
