@@ -254,14 +254,32 @@ pub fn conformance(
     work: &Path,
     opts: &Options,
 ) -> Result<Vec<TestResult>> {
+    let tests: Vec<String> = conformance_scope(dir)?
+        .into_iter()
+        .filter(|n| filter.is_none_or(|f| n.contains(f)))
+        .collect();
+    conformance_tests(dir, &tests, jobs, work, opts)
+}
+
+/// The in-scope node tests of `dir` (its `scope.txt`), in order.
+pub fn conformance_scope(dir: &Path) -> Result<Vec<String>> {
     let scope_path = dir.join("scope.txt");
     let scope = std::fs::read_to_string(&scope_path).map_err(io_err(&scope_path))?;
-    let tests: Vec<String> = scope
+    Ok(scope
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| filter.is_none_or(|f| n.contains(f)))
         .map(String::from)
-        .collect();
+        .collect())
+}
+
+/// Runs the named node tests of `dir` ([`conformance`] with an explicit list).
+pub fn conformance_tests(
+    dir: &Path,
+    tests: &[String],
+    jobs: usize,
+    work: &Path,
+    opts: &Options,
+) -> Result<Vec<TestResult>> {
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::new());
     std::thread::scope(|s| {
