@@ -6,9 +6,11 @@
 //! - `gemm`: matrix products by the pure-Rust `gemm` crate, called back through the runtime;
 //! - `blas`: matrix products by a system CBLAS (OpenBLAS), feature `blas`, detected at build time;
 //! - `dnnl`: oneDNN, feature `dnnl`, detected at build time.
+use crate::codegen::Place;
 use crate::error::{Error, Result};
 use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
+use crate::te::{Expr, Program};
 
 pub mod blas;
 pub mod c;
@@ -44,6 +46,32 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn gemm_fn(&self) -> Option<&'static str> {
         None
     }
+    /// Whether a node with a window form ([`crate::ops::Operator::window`]: convolution,
+    /// pooling) is lowered to one window call on this backend.
+    fn takes_windows(&self) -> bool {
+        false
+    }
+    /// The C of `p`'s window calls on this backend (`symbol`: the model's C symbol), for
+    /// backends that [take windows](Backend::takes_windows).
+    fn window_calls<'a>(
+        &self,
+        _p: &'a Program,
+        _symbol: &'a str,
+    ) -> Option<Box<dyn WindowCalls + 'a>> {
+        None
+    }
+}
+
+/// The C of one program's window calls on a library backend (primitives created once per model
+/// instance). A program has them on one backend at most: its instance state is that backend's.
+pub trait WindowCalls {
+    /// The unit's C after the preludes: the backend's helpers and the program's primitive table.
+    fn emit_unit(&self, out: &mut String);
+    /// Defines `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing window
+    /// stage `id`; returns what of its finalize the call does not take (run in place after it).
+    fn emit_call(&self, out: &mut String, places: &[Place], id: u32, fname: &str) -> Option<Expr>;
+    /// Statements at the start of the entry point `collage_<symbol>_run`.
+    fn emit_entry(&self, out: &mut String);
 }
 
 /// A backend this compiler knows, whether or not it is compiled in or usable here: how the

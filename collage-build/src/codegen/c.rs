@@ -444,30 +444,14 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         }
         out.push_str(b.c_prelude());
     }
-    let sites = crate::backend::dnnl::codegen::sites(p);
-    let dnnl_calls: Vec<crate::backend::dnnl::codegen::DnnlCall> = sites
+    // Window calls (convolution and pooling primitives), on the one backend that has them.
+    let windows = backends
         .iter()
-        .map(|&id| {
-            let st = p.stage(id).expect("a stage");
-            crate::backend::dnnl::codegen::call(p, id, st).unwrap_or_else(|| {
-                panic!(
-                    "stage {} on dnnl does not read its primitive's operands (placement bug)",
-                    st.name
-                )
-            })
-        })
-        .collect();
-    if !sites.is_empty() {
-        out.push_str("/* collage-link: pthread */\n");
-        out.push_str(crate::backend::dnnl::codegen::PRELUDE);
-        let links = crate::backend::dnnl::codegen::links(p, &sites, &dnnl_calls);
-        crate::backend::dnnl::codegen::emit_table(&mut out, symbol, &dnnl_calls, &links);
+        .filter_map(|name| crate::backend::by_name(name))
+        .find_map(|b| b.window_calls(p, symbol).map(|w| (b.name(), w)));
+    if let Some((_, w)) = &windows {
+        w.emit_unit(&mut out);
     }
-    let dnnl = Dnnl {
-        symbol,
-        sites: &sites,
-        calls: &dnnl_calls,
-    };
     out.push_str("\n#ifdef CL_DISPATCH\n");
     for (suffix, target, _) in VARIANTS {
         writeln!(
@@ -475,14 +459,14 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
             "#pragma GCC push_options\n#pragma GCC target(\"{target}\")"
         )
         .unwrap();
-        emit_variant(&mut out, p, places, suffix, &dnnl);
+        emit_variant(&mut out, p, places, suffix, &windows);
         out.push_str("#pragma GCC pop_options\n");
     }
     out.push_str("#endif\n");
-    emit_variant(&mut out, p, places, "", &dnnl);
+    emit_variant(&mut out, p, places, "", &windows);
     writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
-    if !sites.is_empty() {
-        crate::backend::dnnl::codegen::emit_shared_entry(&mut out, symbol, sites.len());
+    if let Some((_, w)) = &windows {
+        w.emit_entry(&mut out);
     }
     out.push_str("#ifdef CL_DISPATCH\n");
     for (suffix, _, cond) in VARIANTS {
@@ -516,15 +500,10 @@ fn stage_title(st: &Stage) -> String {
     format!("{}: {}", st.name.replace("*/", "* /"), st.ty)
 }
 
-/// The oneDNN primitives of a program: the model symbol, the stages computed by primitives
-/// (site order) and their calls.
-struct Dnnl<'a> {
-    symbol: &'a str,
-    sites: &'a [u32],
-    calls: &'a [crate::backend::dnnl::codegen::DnnlCall],
-}
+/// A program's window calls and the backend that has them.
+type Windows<'a> = Option<(&'static str, Box<dyn crate::backend::WindowCalls + 'a>)>;
 
-fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, dnnl: &Dnnl) {
+fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, windows: &Windows) {
     let mut calls = String::new();
     for (i, b) in p.bufs.iter().enumerate() {
         let BufKind::Stage(st) = &b.kind else {
@@ -539,21 +518,17 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, d
                 call: LibraryCall::Window(_),
                 ..
             } => {
-                let site = dnnl.sites.binary_search(&id).expect("a primitive site");
-                let call = &dnnl.calls[site];
-                let fname = format!("k{id}{suffix}_dnnl");
-                writeln!(out, "\n/* {} on a oneDNN primitive */", stage_title(st)).unwrap();
-                crate::backend::dnnl::codegen::emit_call(
-                    out,
-                    places,
-                    dnnl.symbol,
-                    site,
-                    id,
-                    call,
-                    &fname,
-                );
+                let Some((name, w)) = windows else {
+                    panic!(
+                        "stage {} is a window call, but no backend emits them",
+                        st.name
+                    )
+                };
+                let fname = format!("k{id}{suffix}_win");
+                writeln!(out, "\n/* {} on {name} */", stage_title(st)).unwrap();
+                let epilogue = w.emit_call(out, places, id, &fname);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
-                Some(call.epilogue.clone())
+                Some(epilogue)
             }
             Exec::Library {
                 backend,

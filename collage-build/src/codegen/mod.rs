@@ -114,12 +114,12 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
             name: node.name.clone(),
             direct: false,
         };
-        // On `dnnl`, an operator with a oneDNN primitive is lowered to its direct form: one
-        // reduction stage that the primitive computes.
-        let prim = match backend {
-            Some("dnnl") => node.op.window(&cx),
-            _ => None,
-        };
+        // On a backend that takes windows, an operator with a window form is lowered to its
+        // direct form: one reduction stage that the library's primitive computes.
+        let window_backend = backend
+            .and_then(BackendId::from_name)
+            .filter(|b| b.lookup().is_ok_and(|b| b.takes_windows()));
+        let prim = window_backend.and_then(|_| node.op.window(&cx));
         cx.direct = prim.is_some();
         let srcs = node.op.lower(&mut cx).map_err(err)?;
         let prim = prim.filter(|_| cx.stages.len() == 1 && cx.stages[0].reduce.is_some());
@@ -152,7 +152,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
             };
             if let Some(prim) = prim {
                 st.exec = te::Exec::Library {
-                    backend: BackendId::Dnnl,
+                    backend: window_backend.expect("a window backend"),
                     call: te::LibraryCall::Window(Box::new(prim)),
                 };
             } else if st.reduce.is_some() {

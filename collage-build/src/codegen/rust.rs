@@ -83,8 +83,12 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
         io_doc(&c.outputs),
         c.arena_size
     );
-    // oneDNN primitives live in a per-instance state created with the model (`codegen::dnnl`).
-    let has_lib = !crate::backend::dnnl::codegen::sites(&c.program).is_empty();
+    // Library primitives (window calls) live in a per-instance state created with the model
+    // (`backend::WindowCalls`).
+    let has_lib =
+        c.program.bufs.iter().any(
+            |b| matches!(&b.kind, crate::te::BufKind::Stage(st) if st.exec.window().is_some()),
+        );
     let lib_new = format_ident!("collage_{}_lib_new", c.symbol);
     let lib_free = format_ident!("collage_{}_lib_free", c.symbol);
     let (lib_field, lib_decl, lib_init, lib_set) = if has_lib {

@@ -424,6 +424,62 @@ pub fn emit_call(
     .unwrap();
 }
 
+/// The oneDNN primitives of one program ([`super::super::WindowCalls`]).
+pub struct Primitives<'a> {
+    program: &'a Program,
+    symbol: &'a str,
+    sites: Vec<u32>,
+    calls: Vec<DnnlCall>,
+}
+
+impl<'a> Primitives<'a> {
+    /// The primitives of `p`, if it has any.
+    pub fn new(p: &'a Program, symbol: &'a str) -> Option<Primitives<'a>> {
+        let sites = sites(p);
+        if sites.is_empty() {
+            return None;
+        }
+        let calls = sites
+            .iter()
+            .map(|&id| {
+                let st = p.stage(id).expect("a stage");
+                call(p, id, st).unwrap_or_else(|| {
+                    panic!(
+                        "stage {} on dnnl does not read its primitive's operands (placement bug)",
+                        st.name
+                    )
+                })
+            })
+            .collect();
+        Some(Primitives {
+            program: p,
+            symbol,
+            sites,
+            calls,
+        })
+    }
+}
+
+impl super::super::WindowCalls for Primitives<'_> {
+    fn emit_unit(&self, out: &mut String) {
+        out.push_str("/* collage-link: pthread */\n");
+        out.push_str(PRELUDE);
+        let links = links(self.program, &self.sites, &self.calls);
+        emit_table(out, self.symbol, &self.calls, &links);
+    }
+
+    fn emit_call(&self, out: &mut String, places: &[Place], id: u32, fname: &str) -> Option<Expr> {
+        let site = self.sites.binary_search(&id).expect("a primitive site");
+        let call = &self.calls[site];
+        emit_call(out, places, self.symbol, site, id, call, fname);
+        call.epilogue.clone()
+    }
+
+    fn emit_entry(&self, out: &mut String) {
+        emit_shared_entry(out, self.symbol, self.sites.len());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ir::{DType, Graph, TensorType};

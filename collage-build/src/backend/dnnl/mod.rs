@@ -20,6 +20,7 @@ use super::gemm::{gemm_rule, CONTRACTIONS};
 use super::Backend;
 use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
+use crate::te::Program;
 
 /// The pooling operators with a oneDNN primitive.
 pub const POOLS: &[&str] = &["MaxPool", "AveragePool"];
@@ -59,6 +60,18 @@ impl Backend for DnnlBackend {
 
     fn gemm_fn(&self) -> Option<&'static str> {
         Some("cl_dnnl_sgemm")
+    }
+
+    fn takes_windows(&self) -> bool {
+        true
+    }
+
+    fn window_calls<'a>(
+        &self,
+        p: &'a Program,
+        symbol: &'a str,
+    ) -> Option<Box<dyn super::WindowCalls + 'a>> {
+        codegen::Primitives::new(p, symbol).map(|w| Box::new(w) as Box<dyn super::WindowCalls>)
     }
 }
 
