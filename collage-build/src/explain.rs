@@ -106,19 +106,6 @@ fn rate(s: Schedule) -> f64 {
 /// microsecond (measured alongside [`rate`]: on a par with register-blocked generated code).
 const LIBRARY_RATE: f64 = 44_000.0;
 
-/// oneDNN's direct convolutions, multiply-adds per microsecond, besides the layout conversions
-/// ([`DNNL_REORDER_RATE`]): 50k-62k measured on the 3x3 convolutions of ResNet-18, where the
-/// conversions are negligible.
-const DNNL_CONV_RATE: f64 = 55_000.0;
-
-/// oneDNN's pooling, window points per microsecond, besides the layout conversions.
-const DNNL_POOL_RATE: f64 = 24_000.0;
-
-/// A oneDNN primitive converts its input to a blocked layout and its output back on every call
-/// (measured alone, as the cache does): elements (input plus output) per microsecond, fitted on
-/// the pointwise convolutions of MobileNetV3, where the conversions weigh most.
-const DNNL_REORDER_RATE: f64 = 8_000.0;
-
 /// Fixed cost of one library call (argument set-up, packing start-up), microseconds.
 const LIBRARY_CALL_US: f64 = 1.0;
 
@@ -157,24 +144,16 @@ pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
             st.work() as f64 / rate + 0.05
         }
         crate::te::Exec::Library { .. } => {
-            let (rate, reorder) = match st.exec.window() {
-                Some(d) => {
-                    let elems = (d.n * d.ic * d.ih * d.iw + d.n * d.oc * d.oh * d.ow) as f64;
-                    let rate = if d.kind == crate::te::WindowKind::Conv {
-                        DNNL_CONV_RATE
-                    } else {
-                        DNNL_POOL_RATE
-                    };
-                    (rate, elems / DNNL_REORDER_RATE)
-                }
-                _ => (LIBRARY_RATE, 0.0),
-            };
+            // The backend's own model of its calls, else a GEMM library's rate.
+            let call = crate::backend::by_name(st.exec.backend())
+                .and_then(|b| b.call_estimate_us(st))
+                .unwrap_or(st.work() as f64 / LIBRARY_RATE);
             let epilogue = st
                 .reduce
                 .as_ref()
                 .and_then(|r| r.finalize.as_ref())
                 .map_or(0.0, |_| st.ty.numel() as f64 / 4_000.0);
-            st.work() as f64 / rate + reorder + LIBRARY_CALL_US + epilogue
+            call + LIBRARY_CALL_US + epilogue
         }
     }
 }

@@ -40,7 +40,7 @@ pub struct Node {
     pub shape: String,
     /// Index of the partition the node belongs to ([`PartRow::index`]).
     pub part: usize,
-    /// Backend the node's partition runs on (`c`, `gemm`, `blas`, `dnnl`, ...); picks the colour.
+    /// Backend the node's partition runs on (`c`, `gemm`, ...); picks the colour.
     pub backend: String,
 }
 
@@ -104,13 +104,9 @@ fn colours(backend: &str) -> (&'static str, &'static str) {
         ("#e6eccb", "#6b7a1f"),
         ("#eddccf", "#8a5a3a"),
     ];
-    match backend {
-        "c" => ("#dbe8f6", "#3b6ea8"),
-        "gemm" => ("#d8f0d2", "#3d8a36"),
-        "blas" => ("#fde3c8", "#c0692a"),
-        "dnnl" => ("#ead7f2", "#8a4aa8"),
-        _ => MORE[(crate::explain::fnv64(backend) % MORE.len() as u64) as usize],
-    }
+    crate::backend::BackendId::from_name(backend)
+        .map(crate::backend::BackendId::colour)
+        .unwrap_or_else(|| MORE[(crate::explain::fnv64(backend) % MORE.len() as u64) as usize])
 }
 
 /// At most `max` characters of `s`, ending in `…` when cut.
@@ -609,7 +605,7 @@ mod tests {
         }
     }
 
-    /// A residual-style network of `blocks` blocks (10 nodes each) on three backends (c, gemm, dnnl).
+    /// A residual-style network of `blocks` blocks (10 nodes each) on three backends (c, gemm, blas).
     fn sample(blocks: usize) -> Page {
         let mut nodes = Vec::new();
         let mut edges = Vec::new();
@@ -624,8 +620,8 @@ mod tests {
                 ("norm/Sub", "Sub", 0, "c"),
                 ("norm/Mul", "Mul", 0, "c"),
                 ("attn/q/MatMul", "MatMul", 1, "gemm"),
-                ("attn/k/MatMul", "MatMul", 2, "dnnl"),
-                ("attn/v/MatMul", "MatMul", 3, "dnnl"),
+                ("attn/k/MatMul", "MatMul", 2, "blas"),
+                ("attn/v/MatMul", "MatMul", 3, "blas"),
                 ("attn/scores/MatMul", "MatMul", 4, "gemm"),
                 ("attn/Softmax", "Softmax", 5, "c"),
                 ("attn/out/MatMul", "MatMul", 6, "gemm"),
@@ -799,7 +795,7 @@ mod tests {
         }
         // Legend: one entry per backend with its node count.
         assert!(html.contains("<b>gemm</b>: 9 nodes, 9 partitions"));
-        assert!(html.contains("<b>dnnl</b>: 6 nodes, 6 partitions"));
+        assert!(html.contains("<b>blas</b>: 6 nodes, 6 partitions"));
         assert!(html.contains("<b>c</b>: 15 nodes, 9 partitions"));
         let edges = valid_edges(page.nodes.len(), &page.edges);
         assert_eq!(html.matches("<path class=\"e").count(), edges.len());
@@ -921,7 +917,7 @@ mod tests {
         assert_eq!(fmt_us(f64::NAN), "n/a");
     }
 
-    /// Writes `target/html-sample.html` (30 nodes in 3 blocks, backends c/gemm/dnnl) for
+    /// Writes `target/html-sample.html` (30 nodes in 3 blocks, backends c/gemm/blas) for
     /// `tests/support/check_html.sh`.
     #[test]
     fn write_sample_page() {

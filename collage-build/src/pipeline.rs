@@ -204,8 +204,9 @@ impl Lowered {
 /// would, and sums the cached (or estimated) cost of the resulting kernels.
 pub struct Pricer<'a> {
     generic: Lowered,
-    /// Operators with a oneDNN primitive lowered to their direct form (when `dnnl` is here).
-    dnnl: Option<Lowered>,
+    /// For each available backend that takes windows, the graph lowered with operators that
+    /// have a window form in their direct form (one window-call stage each).
+    windows: Vec<(&'static str, Lowered)>,
     cache: Option<&'a CostCache>,
     target: &'a TargetFingerprint,
     /// Kernel costs looked up so far, by key (a kernel priced twice is counted once).
@@ -221,15 +222,17 @@ impl<'a> Pricer<'a> {
     ) -> Result<Self> {
         let n = g.nodes.len();
         let generic = Lowered::new(codegen::lower_graph(g)?, n);
-        let dnnl = if crate::backend::dnnl::available() {
-            let p = codegen::lower_graph_with(g, &|i| (i as u32, Some("dnnl")))?;
-            Some(Lowered::new(p, n))
-        } else {
-            None
-        };
+        let mut windows = Vec::new();
+        for b in crate::backend::available() {
+            if b.takes_windows() {
+                let name = b.name();
+                let p = codegen::lower_graph_with(g, &|i| (i as u32, Some(name)))?;
+                windows.push((name, Lowered::new(p, n)));
+            }
+        }
         Ok(Pricer {
             generic,
-            dnnl,
+            windows,
             cache,
             target,
             seen: HashMap::new(),
@@ -244,10 +247,11 @@ impl<'a> Pricer<'a> {
         backend: &'static str,
         library: bool,
     ) -> Option<Program> {
-        let low = match (&self.dnnl, backend) {
-            (Some(d), "dnnl") => d,
-            _ => &self.generic,
-        };
+        let low = self
+            .windows
+            .iter()
+            .find(|(b, _)| *b == backend)
+            .map_or(&self.generic, |(_, l)| l);
         let mut ids: Vec<BufId> = nodes
             .iter()
             .flat_map(|&n| low.node_stages[n].iter().copied())

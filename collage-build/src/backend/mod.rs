@@ -10,7 +10,7 @@ use crate::codegen::Place;
 use crate::error::{Error, Result};
 use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
-use crate::te::{Expr, Program};
+use crate::te::{Expr, Program, Stage};
 
 pub mod blas;
 pub mod c;
@@ -44,6 +44,12 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     /// For GEMM libraries: the C function computing one block of a product, with the signature
     /// of `collage_rt::sgemm` (`m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc`).
     fn gemm_fn(&self) -> Option<&'static str> {
+        None
+    }
+    /// The analytic single-thread cost of a library call computing `st`, microseconds, besides
+    /// the call's fixed cost and the in-place epilogue; `None`: a GEMM library's rate
+    /// (`explain::estimate_us`).
+    fn call_estimate_us(&self, _st: &Stage) -> Option<f64> {
         None
     }
     /// Whether a node with a window form ([`crate::ops::Operator::window`]: convolution,
@@ -104,6 +110,17 @@ impl BackendId {
             BackendId::Gemm => "gemm",
             BackendId::Blas => "blas",
             BackendId::Dnnl => "dnnl",
+        }
+    }
+
+    /// Fill and stroke of the backend's nodes in `collage explain --html` (unknown names get a
+    /// colour from their hash).
+    pub fn colour(self) -> (&'static str, &'static str) {
+        match self {
+            BackendId::C => ("#dbe8f6", "#3b6ea8"),
+            BackendId::Gemm => ("#d8f0d2", "#3d8a36"),
+            BackendId::Blas => ("#fde3c8", "#c0692a"),
+            BackendId::Dnnl => ("#ead7f2", "#8a4aa8"),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Library calls for stages placed on a GEMM library backend (`gemm`, `blas`, `dnnl`): recognising
+//! Library calls for stages placed on a GEMM library backend (`gemm`, `blas`, ...): recognising
 //! a contraction as a (batched) GEMM over strided operands, and the C that calls the library.
 //!
 //! The generated call goes through one job description (`cl_gemm_job`, in the prelude): on one

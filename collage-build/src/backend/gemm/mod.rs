@@ -33,7 +33,7 @@ pub fn gemm_rule() -> PartitionRule {
     )
 }
 
-/// A backend whose kernels are library GEMM calls (`gemm`, `blas`, `dnnl`): they share
+/// A backend whose kernels are library GEMM calls (`gemm`, `blas`): they share
 /// [`gemm_rule`] and differ only in the library the generated code calls.
 #[derive(Debug)]
 pub struct GemmLibrary {
