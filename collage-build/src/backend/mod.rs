@@ -46,6 +46,11 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     fn gemm_fn(&self) -> Option<&'static str> {
         None
     }
+    /// For GEMM libraries: whether the block GEMM function takes any operand strides (else, as
+    /// BLAS interfaces, one unit stride per operand and a leading dimension).
+    fn any_strides(&self) -> bool {
+        false
+    }
     /// The analytic single-thread cost of a library call computing `st`, microseconds, besides
     /// the call's fixed cost and the in-place epilogue; `None`: a GEMM library's rate
     /// (`explain::estimate_us`).

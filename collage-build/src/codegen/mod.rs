@@ -65,7 +65,9 @@ pub type NodeAssign<'a> = &'a dyn Fn(usize) -> (u32, Option<&'static str>);
 /// The execution of a stage whose node runs on `backend`: a library call when the backend is a
 /// GEMM library and the stage is a GEMM it can take, else generated.
 pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::Exec {
-    let Some(b) = backend.and_then(BackendId::from_name) else {
+    let Some((b, lib)) = backend
+        .and_then(|name| Some((BackendId::from_name(name)?, crate::backend::by_name(name)?)))
+    else {
         return te::Exec::Generated;
     };
     let probe = Stage {
@@ -74,7 +76,7 @@ pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::E
     };
     match library::gemm_call(p, &probe) {
         // BLAS-style interfaces take one unit stride per operand; the `gemm` crate any strides.
-        Some(g) if b == BackendId::Gemm || library::blas_strides_ok(&g) => te::Exec::gemm(b),
+        Some(g) if lib.any_strides() || library::blas_strides_ok(&g) => te::Exec::gemm(b),
         _ => te::Exec::Generated,
     }
 }

@@ -13,6 +13,7 @@ pub fn backend() -> GemmLibrary {
         c_prelude: C_PRELUDE,
         links: &["openblas"],
         gemm_fn: "cl_blas_sgemm",
+        any_strides: false,
     }
 }
 

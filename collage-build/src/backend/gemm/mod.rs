@@ -45,6 +45,8 @@ pub struct GemmLibrary {
     pub links: &'static [&'static str],
     /// Its block GEMM function ([`Backend::gemm_fn`]).
     pub gemm_fn: &'static str,
+    /// Whether that function takes any strides ([`Backend::any_strides`]).
+    pub any_strides: bool,
 }
 
 impl Backend for GemmLibrary {
@@ -75,6 +77,10 @@ impl Backend for GemmLibrary {
     fn gemm_fn(&self) -> Option<&'static str> {
         Some(self.gemm_fn)
     }
+
+    fn any_strides(&self) -> bool {
+        self.any_strides
+    }
 }
 
 /// The `gemm` backend (always available: the crate is a dependency of the runtime).
@@ -85,5 +91,6 @@ pub fn backend() -> GemmLibrary {
         links: &[],
         // The runtime's callback into the `gemm` crate.
         gemm_fn: "rt->sgemm",
+        any_strides: true,
     }
 }
