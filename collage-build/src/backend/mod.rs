@@ -141,39 +141,42 @@ impl BackendId {
         match self {
             BackendId::C => Ok(Box::new(CBackend)),
             BackendId::Gemm => Ok(Box::new(gemm::backend())),
-            BackendId::Blas => {
-                #[cfg(feature = "blas")]
-                return if blas::available() {
-                    Ok(Box::new(blas::backend()))
-                } else {
-                    Err(Unavailable::NotHere {
-                        backend: self,
-                        needs: blas::NEEDS,
-                    })
-                };
-                #[cfg(not(feature = "blas"))]
-                Err(Unavailable::Disabled {
-                    backend: self,
-                    feature: "blas",
-                })
-            }
-            BackendId::Dnnl => {
-                #[cfg(feature = "dnnl")]
-                return if dnnl::available() {
-                    Ok(Box::new(dnnl::backend()))
-                } else {
-                    Err(Unavailable::NotHere {
-                        backend: self,
-                        needs: dnnl::NEEDS,
-                    })
-                };
-                #[cfg(not(feature = "dnnl"))]
-                Err(Unavailable::Disabled {
-                    backend: self,
-                    feature: "dnnl",
-                })
-            }
+            BackendId::Blas => optional(
+                self,
+                cfg!(feature = "blas"),
+                blas::available,
+                || Box::new(blas::backend()),
+                blas::NEEDS,
+            ),
+            BackendId::Dnnl => optional(
+                self,
+                cfg!(feature = "dnnl"),
+                dnnl::available,
+                || Box::new(dnnl::backend()),
+                dnnl::NEEDS,
+            ),
         }
+    }
+}
+
+/// An optional backend: compiled in (its Cargo feature, named like the backend), then usable
+/// here (`available`), then made.
+fn optional(
+    backend: BackendId,
+    compiled: bool,
+    available: fn() -> bool,
+    make: fn() -> Box<dyn Backend>,
+    needs: &'static str,
+) -> std::result::Result<Box<dyn Backend>, Unavailable> {
+    if !compiled {
+        Err(Unavailable::Disabled {
+            backend,
+            feature: backend.name(),
+        })
+    } else if available() {
+        Ok(make())
+    } else {
+        Err(Unavailable::NotHere { backend, needs })
     }
 }
 
