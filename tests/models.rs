@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use collage_build::pipeline::Options;
 use collage_build::tools;
-use collage_runtime::Executor;
 
 mod common;
 
@@ -24,8 +23,8 @@ fn check(name: &str) {
     }
 }
 
-/// Compiles `name` once and runs it on 1, 2 and 5 threads (5 > the cores of a CI machine, and
-/// coprime with the batch counts of the models, so library products are split into uneven blocks).
+/// Compiles `name` once and runs it on 1, 2 and 5 threads, with instance and process-wide state
+/// (`tools::check_threads`).
 fn check_with(name: &str, opts: &Options) {
     let dir = models_dir();
     let model = dir.join(format!("{name}.onnx"));
@@ -45,25 +44,11 @@ fn check_with(name: &str, opts: &Options) {
     let out_ty = loaded.model.outputs[0].ty.clone();
     let x = tools::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
     let want = tools::read_raw_f32(&reference, &out_ty.shape).unwrap();
-    // Instance state (as `Model::run`), then the process-wide one (as `Model::run_in`), which
-    // a model with oneDNN primitives rebuilds for each thread count.
-    for shared in [false, true] {
-        for threads in [1, 2, 5] {
-            let exec = Executor::with_threads(threads);
-            let xs = std::slice::from_ref(&x);
-            let got = if shared {
-                loaded.model.run_shared(xs, &exec)
-            } else {
-                loaded.model.run(xs, &exec)
-            }
-            .unwrap();
-            let (ok, err) = tools::compare(&got[0], &want);
-            assert!(
-                ok,
-                "{name} ({threads} threads, backends {:?}, greedy {}, shared state {shared}): max |got - want| = {err}",
-                opts.backends, opts.greedy
-            );
-        }
+    if let Err(e) = tools::check_threads(&mut loaded.model, &x, &want) {
+        panic!(
+            "{name} (backends {:?}, greedy {}): {e}",
+            opts.backends, opts.greedy
+        );
     }
     let _ = std::fs::remove_dir_all(&work);
 }

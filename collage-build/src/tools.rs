@@ -143,6 +143,36 @@ pub fn load_model(
     }
 }
 
+/// Runs `model` on `x` with its own instance state (as `Model::run`) and with the process-wide
+/// one (as `Model::run_in`, rebuilt per thread count), on 1, 2 and 5 threads (5: more than a CI
+/// machine's cores, and coprime with the models' batch counts, so library products split
+/// unevenly), and compares each output with `want` ([`compare`]); the first mismatch as text.
+pub fn check_threads(
+    model: &mut NativeModel,
+    x: &Tensor,
+    want: &Tensor,
+) -> std::result::Result<(), String> {
+    for shared in [false, true] {
+        for threads in [1, 2, 5] {
+            let exec = Executor::with_threads(threads);
+            let xs = std::slice::from_ref(x);
+            let got = if shared {
+                model.run_shared(xs, &exec)
+            } else {
+                model.run(xs, &exec)
+            }
+            .map_err(|e| e.to_string())?;
+            let (ok, err) = compare(&got[0], want);
+            if !ok {
+                return Err(format!(
+                    "{threads} threads, shared state {shared}: max |got - want| = {err}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The largest difference between `got` and `want`, and whether it is within the tolerance
 /// (float: |got - want| <= 1e-4 + 1e-3 |want|, NaN equals NaN; integers and bools exact).
 pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64) {

@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use collage_runtime::Executor;
-
 use crate::backend::BackendId;
 use crate::pipeline::{self, Options};
 use crate::tools;
@@ -95,24 +93,8 @@ fn primitives_with_fused_post_ops_match_onnx_runtime() {
         let x = tools::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
         let want =
             tools::read_raw_f32(&dir.join(format!("{name}.ort_out.f32")), &out_ty.shape).unwrap();
-        // Instance state (as `Model::run`), then the process-wide one (as `Model::run_in`),
-        // rebuilt for each thread count.
-        for shared in [false, true] {
-            for threads in [1, 2, 5] {
-                let exec = Executor::with_threads(threads);
-                let xs = std::slice::from_ref(&x);
-                let got = if shared {
-                    loaded.model.run_shared(xs, &exec)
-                } else {
-                    loaded.model.run(xs, &exec)
-                }
-                .unwrap();
-                let (ok, err) = tools::compare(&got[0], &want);
-                assert!(
-                    ok,
-                    "{name} ({threads} threads, shared state {shared}): max |got - want| = {err}"
-                );
-            }
+        if let Err(e) = tools::check_threads(&mut loaded.model, &x, &want) {
+            panic!("{name} on dnnl: {e}");
         }
         let _ = std::fs::remove_dir_all(&work);
     }
