@@ -4,7 +4,7 @@
 //! add, ReLU), how convolutions hand their outputs to each other, and the C that creates the
 //! primitives once per model instance and runs them.
 //!
-//! The C side (`dnnl_prims.c`, appended to the prelude when a program has such stages) keeps every
+//! The C side (`prims.c`, appended to the prelude when a program has such stages) keeps every
 //! primitive of a model in a `cl_dnnl_lib`: `collage_<model>_lib_new(rt)` creates them for the
 //! runtime's thread count (the Rust glue does this in `Model::new` and frees it on drop), `run`
 //! binds pointers and executes. Callers without an instance (`run_in`, measurement harnesses)
@@ -352,7 +352,7 @@ static pthread_mutex_t cl_{symbol}_mutex = PTHREAD_MUTEX_INITIALIZER;"
     .unwrap();
 }
 
-/// The start of the entry point: parallel loops move onto OpenMP's team (see `dnnl_prims.c`),
+/// The start of the entry point: parallel loops move onto OpenMP's team (see `prims.c`),
 /// and callers without an instance run on the process-wide state (built, or rebuilt for another
 /// thread count, under the lock).
 pub fn emit_shared_entry(out: &mut String, symbol: &str, n: usize) {
