@@ -14,7 +14,7 @@ const FOLD_LIMIT: usize = 1 << 24;
 /// Infers every node's output types and folds nodes whose inputs are all constants; folded nodes are
 /// removed (their outputs become constants).
 ///
-/// Every graph input, constant and inferred output is checked against the graph's [`Limits`]
+/// Every graph input, constant and inferred output is checked against the graph's [`crate::ir::Limits`]
 /// (`crate::ir::Limits`) before anything computes with its size: a model whose tensors do not fit
 /// is an error naming the value (and the node and op that computed it), never a wrapped size.
 pub fn infer_and_fold(g: &mut Graph) -> Result<()> {

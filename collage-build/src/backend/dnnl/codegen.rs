@@ -1,4 +1,4 @@
-//! oneDNN primitives for stages placed on the `dnnl` backend ([`Exec::Library`] with a window call: convolution,
+//! oneDNN primitives for stages placed on the `dnnl` backend ([`crate::te::Exec::Library`] with a window call: convolution,
 //! pooling): which buffers a primitive reads and writes,
 //! which of the fused elementwise consumers become its bias and post-ops (sum for a residual
 //! add, ReLU), how convolutions hand their outputs to each other, and the C that creates the
@@ -48,7 +48,7 @@ impl DnnlCall {
     }
 }
 
-/// The stages of `p` computed by oneDNN primitives ([`Exec::Library`] with a window call), in program order (their
+/// The stages of `p` computed by oneDNN primitives ([`crate::te::Exec::Library`] with a window call), in program order (their
 /// site numbers).
 pub fn sites(p: &Program) -> Vec<u32> {
     p.bufs
