@@ -22,8 +22,12 @@ pub use gemm::GemmLibrary;
 
 /// A code-generation or library backend.
 pub trait Backend: std::fmt::Debug + Send + Sync {
-    /// The short name used on the command line (`c`, `gemm`, ...).
-    fn name(&self) -> &'static str;
+    /// The backend's id (its name on the command line: `c`, `gemm`, ...).
+    fn id(&self) -> BackendId;
+    /// The backend's name (its id's).
+    fn name(&self) -> &'static str {
+        self.id().name()
+    }
     /// Whether the backend can run an operator of this type and kind (for `--greedy`).
     fn supports(&self, op_type: &str, kind: OpKind) -> bool;
     /// The sub-graphs the backend can run as one kernel, as a partition rule.
@@ -221,9 +225,6 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
-/// Every backend this compiler knows, available here or not, in the default priority order.
-pub const ALL: &[&str] = &["c", "gemm", "blas", "dnnl"];
-
 /// The backend named `name`, if it is compiled in and usable here.
 pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
     BackendId::from_name(name)?.lookup().ok()
@@ -231,7 +232,10 @@ pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
 
 /// The backends available in this build and on this machine.
 pub fn available() -> Vec<Box<dyn Backend>> {
-    ALL.iter().filter_map(|n| by_name(n)).collect()
+    BackendId::ALL
+        .into_iter()
+        .filter_map(|b| b.lookup().ok())
+        .collect()
 }
 
 /// The backends named in `list` (comma-separated, in priority order), or every available one for
@@ -252,7 +256,13 @@ pub fn select(list: &str) -> Result<Vec<Box<dyn Backend>>> {
             Some(Ok(b)) if !out.iter().any(|x| x.name() == n) => out.push(b),
             Some(Ok(_)) => {}
             Some(Err(why)) => bad.push(why.to_string()),
-            None => bad.push(format!("unknown backend `{n}` (known: {})", ALL.join(", "))),
+            None => {
+                let known: Vec<&str> = BackendId::ALL.iter().map(|b| b.name()).collect();
+                bad.push(format!(
+                    "unknown backend `{n}` (known: {})",
+                    known.join(", ")
+                ))
+            }
         }
     }
     if !bad.is_empty() {

@@ -8,7 +8,6 @@ mod window;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::BackendId;
 use crate::error::{OpError, Result};
 use crate::ir::{Graph, Tensor, TensorType, ValueId};
 use crate::ops::LowerCx;
@@ -65,11 +64,10 @@ pub type NodeAssign<'a> = &'a dyn Fn(usize) -> (u32, Option<&'static str>);
 /// The execution of a stage whose node runs on `backend`: a library call when the backend is a
 /// GEMM library and the stage is a GEMM it can take, else generated.
 pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::Exec {
-    let Some((b, lib)) = backend
-        .and_then(|name| Some((BackendId::from_name(name)?, crate::backend::by_name(name)?)))
-    else {
+    let Some(lib) = backend.and_then(crate::backend::by_name) else {
         return te::Exec::Generated;
     };
+    let b = lib.id();
     let probe = Stage {
         exec: te::Exec::gemm(b),
         ..st.clone()
@@ -119,8 +117,9 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
         // On a backend that takes windows, an operator with a window form is lowered to its
         // direct form: one reduction stage that the library's primitive computes.
         let window_backend = backend
-            .and_then(BackendId::from_name)
-            .filter(|b| b.lookup().is_ok_and(|b| b.takes_windows()));
+            .and_then(crate::backend::by_name)
+            .filter(|b| b.takes_windows())
+            .map(|b| b.id());
         let prim = window_backend.and_then(|_| node.op.window(&cx));
         cx.direct = prim.is_some();
         let srcs = node.op.lower(&mut cx).map_err(err)?;

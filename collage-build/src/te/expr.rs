@@ -331,17 +331,6 @@ impl Exec {
             _ => None,
         }
     }
-
-    /// True for a library GEMM call.
-    pub fn is_gemm(&self) -> bool {
-        matches!(
-            self,
-            Exec::Library {
-                call: LibraryCall::Gemm,
-                ..
-            }
-        )
-    }
 }
 
 /// An operator over a 2-D window (NCHW activations), with ONNX's geometry: dilations count

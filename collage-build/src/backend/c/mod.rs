@@ -11,8 +11,8 @@ use crate::partition::sub_graph::SubGraphConfig;
 pub struct CBackend;
 
 impl Backend for CBackend {
-    fn name(&self) -> &'static str {
-        "c"
+    fn id(&self) -> super::BackendId {
+        super::BackendId::C
     }
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {

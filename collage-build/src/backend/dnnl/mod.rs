@@ -32,8 +32,8 @@ pub const POOLS: &[&str] = &["MaxPool", "AveragePool"];
 pub struct DnnlBackend;
 
 impl Backend for DnnlBackend {
-    fn name(&self) -> &'static str {
-        "dnnl"
+    fn id(&self) -> super::BackendId {
+        super::BackendId::Dnnl
     }
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {

@@ -50,8 +50,8 @@ pub struct GemmLibrary {
 }
 
 impl Backend for GemmLibrary {
-    fn name(&self) -> &'static str {
-        self.id.name()
+    fn id(&self) -> super::BackendId {
+        self.id
     }
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
