@@ -145,7 +145,11 @@ pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
         }
         crate::te::Exec::Library { .. } => {
             // The backend's own model of its calls, else a GEMM library's rate.
-            let call = crate::backend::by_name(st.exec.backend())
+            let call = st
+                .exec
+                .backend_id()
+                .lookup()
+                .ok()
                 .and_then(|b| b.call_estimate_us(st))
                 .unwrap_or(st.work() as f64 / LIBRARY_RATE);
             let epilogue = st
