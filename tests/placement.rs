@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use collage_build::backend;
+use collage_build::backend::{self, BackendId};
 use collage_build::partition::place::{analytic_cost, node_work, place};
 use collage_build::partition::search::{SearchLimits, StopReason};
 use collage_build::pipeline::{self, Options};
@@ -116,7 +116,7 @@ fn placement_follows_the_cost_cache() {
         .placement
         .parts
         .iter()
-        .filter(|p| p.backend == "gemm")
+        .filter(|p| p.backend == BackendId::Gemm)
         .count();
     assert!(
         on_gemm >= 2,
@@ -129,7 +129,11 @@ fn placement_follows_the_cost_cache() {
     assert!(info.hits > 0 && info.misses > 0);
     let slow = compile(1e6);
     let info = slow.placement.as_ref().unwrap();
-    assert!(info.placement.parts.iter().all(|p| p.backend == "c"));
+    assert!(info
+        .placement
+        .parts
+        .iter()
+        .all(|p| p.backend == BackendId::C));
     assert!(!slow.c_source.contains("rt->sgemm"));
 }
 
@@ -149,7 +153,12 @@ fn greedy_and_backend_selection() {
     for part in &info.placement.parts {
         let op = c.graph.nodes[part.nodes[0]].op.op_type();
         let lib = ["MatMul", "Gemm", "Conv"].contains(&op);
-        assert_eq!(part.backend == "gemm", lib, "{op} on {}", part.backend);
+        assert_eq!(
+            part.backend == BackendId::Gemm,
+            lib,
+            "{op} on {}",
+            part.backend
+        );
     }
     let bad = Options {
         backends: "c,nosuch".into(),
@@ -206,7 +215,7 @@ fn recorded_placement_is_followed() {
             threads: 2
         }
     );
-    let summary = |i: &pipeline::PlacementInfo| -> Vec<(&str, Vec<usize>)> {
+    let summary = |i: &pipeline::PlacementInfo| -> Vec<(BackendId, Vec<usize>)> {
         i.placement
             .parts
             .iter()
@@ -214,7 +223,7 @@ fn recorded_placement_is_followed() {
             .collect()
     };
     assert_eq!(summary(&got), summary(&want));
-    assert!(summary(&got).iter().any(|(b, _)| *b == "gemm"));
+    assert!(summary(&got).iter().any(|(b, _)| *b == BackendId::Gemm));
     let c = pipeline::compile_passed(g.clone(), "m", &opts(&good, 2), &target).unwrap();
     assert!(
         c.c_source.contains("rt->sgemm"),

@@ -255,7 +255,7 @@ pub fn render_placement(c: &Compiled) -> String {
     }
     let mut per: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
     for part in &pl.parts {
-        let e = per.entry(part.backend).or_default();
+        let e = per.entry(part.backend.name()).or_default();
         e.0 += 1;
         e.1 += part.nodes.len();
         e.2 += part.cost_us;
@@ -287,7 +287,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> crate::html::Page {
         for (i, part) in info.placement.parts.iter().enumerate() {
             for &n in &part.nodes {
                 part_of[n] = i;
-                backend_of[n] = part.backend;
+                backend_of[n] = part.backend.name();
             }
             let alt = match info.alternatives.get(i).and_then(|a| a.as_ref()) {
                 Some((b, rule, cost)) => format!("{b}: {cost:.1} us ({rule})"),

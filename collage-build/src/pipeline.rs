@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::{self, Backend};
+use crate::backend::{self, Backend, BackendId};
 use crate::codegen::{self, Compiled};
 use crate::error::{Error, Result};
 use crate::explain::{estimate_us, kernel_key};
@@ -206,7 +206,7 @@ pub struct Pricer<'a> {
     generic: Lowered,
     /// For each available backend that takes windows, the graph lowered with operators that
     /// have a window form in their direct form (one window-call stage each).
-    windows: Vec<(&'static str, Lowered)>,
+    windows: Vec<(BackendId, Lowered)>,
     cache: Option<&'a CostCache>,
     target: &'a TargetFingerprint,
     /// Kernel costs looked up so far, by key (a kernel priced twice is counted once).
@@ -225,9 +225,9 @@ impl<'a> Pricer<'a> {
         let mut windows = Vec::new();
         for b in crate::backend::available() {
             if b.takes_windows() {
-                let name = b.name();
-                let p = codegen::lower_graph_with(g, &|i| (i as u32, Some(name)))?;
-                windows.push((name, Lowered::new(p, n)));
+                let id = b.id();
+                let p = codegen::lower_graph_with(g, &|i| (i as u32, Some(id)))?;
+                windows.push((id, Lowered::new(p, n)));
             }
         }
         Ok(Pricer {
@@ -244,7 +244,7 @@ impl<'a> Pricer<'a> {
     pub fn part_program(
         &self,
         nodes: &[usize],
-        backend: &'static str,
+        backend: BackendId,
         library: bool,
     ) -> Option<Program> {
         let low = self
@@ -318,7 +318,7 @@ impl<'a> Pricer<'a> {
     /// The cost of a candidate on a backend in microseconds, and whether every kernel of it was
     /// measured; `None` if the backend cannot run it.
     pub fn price(&mut self, nodes: &[usize], be: &dyn Backend) -> Option<(f64, bool)> {
-        let p = self.part_program(nodes, be.name(), be.library())?;
+        let p = self.part_program(nodes, be.id(), be.library())?;
         let mut total = 0.0;
         let mut all_measured = true;
         for id in measure::stages(&p) {
@@ -394,7 +394,9 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
         .map(|part| {
             priced
                 .iter()
-                .filter(|(b, nodes, _, _, _)| *nodes == part.nodes && names[*b] != part.backend)
+                .filter(|(b, nodes, _, _, _)| {
+                    *nodes == part.nodes && names[*b] != part.backend.name()
+                })
                 .min_by(|x, y| x.3.total_cmp(&y.3))
                 .map(|(b, _, rule, cost, _)| (names[*b].to_string(), rule.clone(), *cost))
         })
@@ -404,7 +406,7 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
         .iter()
         .map(|part| {
             priced.iter().any(|(b, nodes, rule, _, m)| {
-                *m && names[*b] == part.backend && *nodes == part.nodes && *rule == part.rule
+                *m && names[*b] == part.backend.name() && *nodes == part.nodes && *rule == part.rule
             })
         })
         .collect();
@@ -442,7 +444,7 @@ fn recorded(
         let (cost_us, measured) = pricer.price(&nodes, backends[b].as_ref())?;
         priced.push((b, nodes.clone(), rule.clone(), cost_us, measured));
         parts.push(Part {
-            backend,
+            backend: backends[b].id(),
             nodes,
             rule,
             cost_us,
@@ -462,7 +464,7 @@ fn estimate(
     let mut backend_of = vec![""; g.nodes.len()];
     for p in parts {
         for &n in &p.nodes {
-            backend_of[n] = p.backend;
+            backend_of[n] = p.backend.name();
         }
     }
     let mut cost_us: f64 = parts.iter().map(|p| p.cost_us).sum();
@@ -494,7 +496,7 @@ fn greedy(
             if !be.supports(op, kind) {
                 return None;
             }
-            pricer.price(&[n], be.as_ref()).map(|c| (be.name(), c))
+            pricer.price(&[n], be.as_ref()).map(|c| (be.id(), c))
         });
         let Some((backend, (cost_us, was_measured))) = chosen else {
             return Err(Error::Model {
@@ -535,18 +537,18 @@ fn greedy(
 
 /// The fusion region and library of every node under `info`: the parts get regions 1, 2, ...
 /// (library `None` for generated code).
-pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<&'static str>)> {
+pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<BackendId>)> {
     assignment_of(g, &info.placement.parts)
 }
 
 /// [`assignment`] for a list of parts.
-pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<&'static str>)> {
+pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<BackendId>)> {
     let mut a = vec![(0u32, None); g.nodes.len()];
     // Every part is its own fusion region, generated code included: fusion then builds exactly
     // the kernels the placement priced (inlining a producer of another part into a contraction
     // can cost it its register-blocked schedule, which the search never saw).
     for (next, part) in (1u32..).zip(parts) {
-        let lib = backend::by_name(part.backend).is_some_and(|b| b.library());
+        let lib = part.backend.lookup().is_ok_and(|b| b.library());
         for &n in &part.nodes {
             a[n] = (next, lib.then_some(part.backend));
         }
@@ -605,7 +607,7 @@ pub fn candidate_kernels(
         node_sets.sort();
         node_sets.dedup();
         for nodes in node_sets {
-            let Some(p) = pricer.part_program(&nodes, be.name(), be.library()) else {
+            let Some(p) = pricer.part_program(&nodes, be.id(), be.library()) else {
                 continue;
             };
             let p = Arc::new(p);

@@ -78,7 +78,7 @@ fn transition_probe() -> Result<Graph> {
 
 /// Compiles `g` with node `n` in region `n + 1` on `on[n]`.
 fn compile_probe(g: &Graph, on: [&dyn Backend; 2]) -> Result<Compiled> {
-    let lib = |b: &dyn Backend| b.library().then(|| b.name());
+    let lib = |b: &dyn Backend| b.library().then(|| b.id());
     let assign = [(1u32, lib(on[0])), (2u32, lib(on[1]))];
     codegen::compile_assigned(g.clone(), "transition_probe", &|n| assign[n])
 }

@@ -12,11 +12,6 @@ use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
 use crate::te::{Expr, Program, Stage};
 
-pub mod blas;
-pub mod c;
-pub mod dnnl;
-pub mod gemm;
-
 pub use c::CBackend;
 pub use gemm::GemmLibrary;
 
@@ -89,83 +84,74 @@ pub trait WindowCalls {
     fn emit_entry(&self, out: &mut String);
 }
 
-/// A backend this compiler knows, whether or not it is compiled in or usable here: how the
-/// tensor-expression IR (`te::Exec::Library`) and the generated code name backends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BackendId {
+/// Registers the backends: one line per backend folder, `Id => folder`, in the default priority
+/// order. The folder is a module that defines `COLOUR` (fill and stroke of its nodes in `collage
+/// explain --html`) and `open()` (the backend, or why it cannot be used here); the backend's name
+/// on the command line and in caches is the folder's name. Everything else about a backend (its
+/// rule, lowering, C prelude, link libraries, availability probe) is in its folder.
+macro_rules! backends {
+    ($($(#[$doc:meta])* $id:ident => $folder:ident,)*) => {
+        $(pub mod $folder;)*
+
+        /// A backend this compiler knows, whether or not it is compiled in or usable here: how
+        /// the tensor-expression IR (`te::Exec::Library`), placements and the generated code
+        /// name backends.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum BackendId {
+            $($(#[$doc])* $id,)*
+        }
+
+        impl BackendId {
+            /// Every backend, in the default priority order.
+            pub const ALL: &'static [BackendId] = &[$(BackendId::$id,)*];
+
+            /// The short name used on the command line and in caches (the folder's name).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(BackendId::$id => stringify!($folder),)*
+                }
+            }
+
+            /// Fill and stroke of the backend's nodes in `collage explain --html`.
+            pub fn colour(self) -> (&'static str, &'static str) {
+                match self {
+                    $(BackendId::$id => $folder::COLOUR,)*
+                }
+            }
+
+            /// The backend, or why it cannot be used: compiled out (its Cargo feature is off) or
+            /// not available on this machine (its library does not link here). An exhaustive
+            /// match, so a new id cannot be forgotten.
+            pub fn lookup(self) -> std::result::Result<Box<dyn Backend>, Unavailable> {
+                match self {
+                    $(BackendId::$id => $folder::open(),)*
+                }
+            }
+        }
+    };
+}
+
+backends! {
     /// Generated C kernels.
-    C,
+    C => c,
     /// The pure-Rust `gemm` crate.
-    Gemm,
+    Gemm => gemm,
     /// A system CBLAS (OpenBLAS).
-    Blas,
+    Blas => blas,
     /// oneDNN.
-    Dnnl,
+    Dnnl => dnnl,
 }
 
 impl BackendId {
-    /// Every backend, in the default priority order.
-    pub const ALL: [BackendId; 4] = [
-        BackendId::C,
-        BackendId::Gemm,
-        BackendId::Blas,
-        BackendId::Dnnl,
-    ];
-
-    /// The short name used on the command line and in caches.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendId::C => "c",
-            BackendId::Gemm => "gemm",
-            BackendId::Blas => "blas",
-            BackendId::Dnnl => "dnnl",
-        }
-    }
-
-    /// Fill and stroke of the backend's nodes in `collage explain --html` (unknown names get a
-    /// colour from their hash).
-    pub fn colour(self) -> (&'static str, &'static str) {
-        match self {
-            BackendId::C => ("#dbe8f6", "#3b6ea8"),
-            BackendId::Gemm => ("#d8f0d2", "#3d8a36"),
-            BackendId::Blas => ("#fde3c8", "#c0692a"),
-            BackendId::Dnnl => ("#ead7f2", "#8a4aa8"),
-        }
-    }
-
     /// The backend named `name`, if this compiler knows it.
     pub fn from_name(name: &str) -> Option<BackendId> {
-        BackendId::ALL.into_iter().find(|b| b.name() == name)
-    }
-
-    /// The backend, or why it cannot be used: compiled out (its Cargo feature is off) or not
-    /// available on this machine (its library does not link here). An exhaustive match, so a
-    /// new id cannot be forgotten.
-    pub fn lookup(self) -> std::result::Result<Box<dyn Backend>, Unavailable> {
-        match self {
-            BackendId::C => Ok(Box::new(CBackend)),
-            BackendId::Gemm => Ok(Box::new(gemm::backend())),
-            BackendId::Blas => optional(
-                self,
-                cfg!(feature = "blas"),
-                blas::available,
-                || Box::new(blas::backend()),
-                blas::NEEDS,
-            ),
-            BackendId::Dnnl => optional(
-                self,
-                cfg!(feature = "dnnl"),
-                dnnl::available,
-                || Box::new(dnnl::backend()),
-                dnnl::NEEDS,
-            ),
-        }
+        BackendId::ALL.iter().copied().find(|b| b.name() == name)
     }
 }
 
-/// An optional backend: compiled in (its Cargo feature, named like the backend), then usable
-/// here (`available`), then made.
-fn optional(
+/// An optional backend's `open`: compiled in (`compiled`: its Cargo feature, named like the
+/// backend), then usable here (`available`), then made.
+pub(crate) fn optional(
     backend: BackendId,
     compiled: bool,
     available: fn() -> bool,
@@ -225,15 +211,10 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
-/// The backend named `name`, if it is compiled in and usable here.
-pub fn by_name(name: &str) -> Option<Box<dyn Backend>> {
-    BackendId::from_name(name)?.lookup().ok()
-}
-
 /// The backends available in this build and on this machine.
 pub fn available() -> Vec<Box<dyn Backend>> {
     BackendId::ALL
-        .into_iter()
+        .iter()
         .filter_map(|b| b.lookup().ok())
         .collect()
 }
@@ -283,37 +264,39 @@ mod tests {
     #[test]
     fn unknown_disabled_and_missing_backends_are_distinct_errors() {
         let e = select("c,cuda").unwrap_err().to_string();
+        let known: Vec<&str> = BackendId::ALL.iter().map(|b| b.name()).collect();
         assert!(
-            e.contains("unknown backend `cuda` (known: c, gemm, blas, dnnl)"),
+            e.contains(&format!(
+                "unknown backend `cuda` (known: {})",
+                known.join(", ")
+            )),
             "{e}"
         );
-        let disabled = Unavailable::Disabled {
-            backend: BackendId::Dnnl,
-            feature: "dnnl",
-        };
-        assert_eq!(
-            disabled.to_string(),
-            "backend `dnnl` is disabled at build time (build collage-build with its `dnnl` feature)"
-        );
-        let missing = Unavailable::NotHere {
-            backend: BackendId::Blas,
-            needs: blas::NEEDS,
-        };
-        assert!(missing
-            .to_string()
-            .starts_with("backend `blas` is not available on this machine (it needs "));
-        // Compiled out, the library backends answer "disabled", never "unknown".
-        for (id, on) in [
-            (BackendId::Blas, cfg!(feature = "blas")),
-            (BackendId::Dnnl, cfg!(feature = "dnnl")),
-        ] {
+        for &id in BackendId::ALL {
+            assert_eq!(BackendId::from_name(id.name()), Some(id));
+            // Every registered backend opens, or says which of the two reasons stops it; a
+            // disabled one names its feature, which is named like the backend.
             match id.lookup() {
-                Err(Unavailable::Disabled { .. }) => assert!(!on, "{id} compiled in"),
-                Err(Unavailable::NotHere { .. }) | Ok(_) => assert!(on, "{id} compiled out"),
+                Ok(b) => assert_eq!(b.id(), id),
+                Err(why @ Unavailable::Disabled { backend, feature }) => {
+                    assert_eq!((backend, feature), (id, id.name()));
+                    assert_eq!(
+                        why.to_string(),
+                        format!(
+                            "backend `{id}` is disabled at build time (build collage-build with its `{id}` feature)"
+                        )
+                    );
+                    let e = select(id.name()).unwrap_err().to_string();
+                    assert!(e.contains("disabled at build time"), "{e}");
+                }
+                Err(why @ Unavailable::NotHere { backend, .. }) => {
+                    assert_eq!(backend, id);
+                    assert!(why.to_string().starts_with(&format!(
+                        "backend `{id}` is not available on this machine (it needs "
+                    )));
+                }
             }
         }
-        for id in BackendId::ALL {
-            assert_eq!(BackendId::from_name(id.name()), Some(id));
-        }
+        assert!(BackendId::C.lookup().is_ok());
     }
 }

@@ -436,9 +436,14 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     if !backends.is_empty() {
         out.push_str(super::library::PRELUDE);
     }
-    for name in &backends {
-        let b = crate::backend::by_name(name)
-            .unwrap_or_else(|| panic!("a program calls backend {name}, which is not available"));
+    let backends: Vec<Box<dyn crate::backend::Backend>> = backends
+        .into_iter()
+        .map(|id| {
+            id.lookup()
+                .unwrap_or_else(|why| panic!("a program calls backend {id}: {why}"))
+        })
+        .collect();
+    for b in &backends {
         for lib in b.links() {
             writeln!(out, "/* collage-link: {lib} */").unwrap();
         }
@@ -447,8 +452,7 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     // Window calls (convolution and pooling primitives), on the one backend that has them.
     let windows = backends
         .iter()
-        .filter_map(|name| crate::backend::by_name(name))
-        .find_map(|b| b.window_calls(p, symbol).map(|w| (b.name(), w)));
+        .find_map(|b| b.window_calls(p, symbol).map(|w| (b.id(), w)));
     if let Some((_, w)) = &windows {
         w.emit_unit(&mut out);
     }
@@ -481,12 +485,12 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
 }
 
 /// The library backends whose calls `p` contains, sorted.
-pub fn library_backends(p: &Program) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = p
+pub fn library_backends(p: &Program) -> Vec<crate::backend::BackendId> {
+    let mut v: Vec<crate::backend::BackendId> = p
         .bufs
         .iter()
         .filter_map(|b| match &b.kind {
-            BufKind::Stage(st) if st.exec != Exec::Generated => Some(st.exec.backend()),
+            BufKind::Stage(st) if st.exec != Exec::Generated => Some(st.exec.backend_id()),
             _ => None,
         })
         .collect();
@@ -501,7 +505,10 @@ fn stage_title(st: &Stage) -> String {
 }
 
 /// A program's window calls and the backend that has them.
-type Windows<'a> = Option<(&'static str, Box<dyn crate::backend::WindowCalls + 'a>)>;
+type Windows<'a> = Option<(
+    crate::backend::BackendId,
+    Box<dyn crate::backend::WindowCalls + 'a>,
+)>;
 
 fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, windows: &Windows) {
     let mut calls = String::new();
@@ -534,7 +541,6 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
                 backend,
                 call: LibraryCall::Gemm,
             } => {
-                let backend = backend.name();
                 let g = super::library::gemm_call(p, st).unwrap_or_else(|| {
                     panic!(
                         "stage {} on {backend} is not a GEMM (placement bug)",
@@ -544,7 +550,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
                 let fname = format!("k{id}{suffix}_lib");
                 writeln!(out, "\n/* {} on {backend} */", stage_title(st)).unwrap();
                 let parallel = worth_parallel(p, st);
-                super::library::emit_gemm(out, places, id, &g, backend, &fname, parallel);
+                super::library::emit_gemm(out, places, id, &g, *backend, &fname, parallel);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
                 Some(
                     st.reduce

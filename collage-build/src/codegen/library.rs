@@ -306,11 +306,13 @@ pub fn emit_gemm(
     places: &[Place],
     id: u32,
     g: &GemmCall,
-    backend: &str,
+    backend: crate::backend::BackendId,
     fname: &str,
     parallel: bool,
 ) {
-    let f = crate::backend::by_name(backend)
+    let f = backend
+        .lookup()
+        .ok()
         .and_then(|b| b.gemm_fn())
         .unwrap_or_else(|| panic!("backend {backend} places GEMMs but names no GEMM function"));
     // The kernel is written after its batch-offsets function (below).

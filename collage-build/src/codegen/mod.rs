@@ -58,13 +58,13 @@ pub fn lower_graph(g: &Graph) -> Result<Program> {
 }
 
 /// Where one node runs: the fusion region (`part`) of its stages and, for a library backend, its
-/// name (the node's contraction stages that are GEMMs become library calls).
-pub type NodeAssign<'a> = &'a dyn Fn(usize) -> (u32, Option<&'static str>);
+/// id (the node's contraction stages that are GEMMs become library calls).
+pub type NodeAssign<'a> = &'a dyn Fn(usize) -> (u32, Option<crate::backend::BackendId>);
 
 /// The execution of a stage whose node runs on `backend`: a library call when the backend is a
 /// GEMM library and the stage is a GEMM it can take, else generated.
-pub fn exec_for(p: &Program, st: &Stage, backend: Option<&'static str>) -> te::Exec {
-    let Some(lib) = backend.and_then(crate::backend::by_name) else {
+pub fn exec_for(p: &Program, st: &Stage, backend: Option<crate::backend::BackendId>) -> te::Exec {
+    let Some(lib) = backend.and_then(|b| b.lookup().ok()) else {
         return te::Exec::Generated;
     };
     let b = lib.id();
@@ -117,7 +117,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
         // On a backend that takes windows, an operator with a window form is lowered to its
         // direct form: one reduction stage that the library's primitive computes.
         let window_backend = backend
-            .and_then(crate::backend::by_name)
+            .and_then(|b| b.lookup().ok())
             .filter(|b| b.takes_windows())
             .map(|b| b.id());
         let prim = window_backend.and_then(|_| node.op.window(&cx));

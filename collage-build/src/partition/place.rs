@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::rule::Candidate;
 use super::search::{search, SearchCandidate, SearchLimits, SearchProblem, StopReason};
 use super::sub_graph::DataflowView;
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendId};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Tensor, TensorType};
 use crate::ops::LowerCx;
@@ -19,7 +19,7 @@ use crate::ops::LowerCx;
 #[derive(Clone, Debug)]
 pub struct Part {
     /// The backend that runs it.
-    pub backend: &'static str,
+    pub backend: BackendId,
     /// Node indices (graph order).
     pub nodes: Vec<usize>,
     /// The rule that proposed it.
@@ -140,7 +140,7 @@ pub fn parts_of(
     chosen
         .iter()
         .map(|&i| Part {
-            backend: backends[problem.candidates[i].backend].name(),
+            backend: backends[problem.candidates[i].backend].id(),
             nodes: problem.candidates[i].nodes.clone(),
             rule: problem.candidates[i].label.clone(),
             cost_us: problem.candidates[i].cost,

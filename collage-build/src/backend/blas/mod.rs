@@ -6,6 +6,20 @@ use std::sync::OnceLock;
 
 use super::gemm::GemmLibrary;
 
+/// Fill and stroke of the backend's nodes in `collage explain --html`.
+pub const COLOUR: (&str, &str) = ("#fde3c8", "#c0692a");
+
+/// The backend if the `blas` feature is on and CBLAS links here.
+pub fn open() -> Result<Box<dyn super::Backend>, super::Unavailable> {
+    super::optional(
+        super::BackendId::Blas,
+        cfg!(feature = "blas"),
+        available,
+        || Box::new(backend()),
+        NEEDS,
+    )
+}
+
 /// The `blas` backend.
 pub fn backend() -> GemmLibrary {
     GemmLibrary {

@@ -5,6 +5,14 @@ use crate::ops::OpKind;
 use crate::partition::rule::{Combiner, PartitionRule};
 use crate::partition::sub_graph::SubGraphConfig;
 
+/// Fill and stroke of the backend's nodes in `collage explain --html`.
+pub const COLOUR: (&str, &str) = ("#dbe8f6", "#3b6ea8");
+
+/// The backend (always available).
+pub fn open() -> Result<Box<dyn Backend>, super::Unavailable> {
+    Ok(Box::new(CBackend))
+}
+
 /// The default backend: C kernels generated from tensor expressions, compiled with the system C
 /// compiler. Supports every registered operator.
 #[derive(Debug, Default)]

@@ -27,6 +27,20 @@ use crate::te::{Program, Stage, WindowKind};
 /// The pooling operators with a oneDNN primitive.
 pub const POOLS: &[&str] = &["MaxPool", "AveragePool"];
 
+/// Fill and stroke of the backend's nodes in `collage explain --html`.
+pub const COLOUR: (&str, &str) = ("#ead7f2", "#8a4aa8");
+
+/// The backend if the `dnnl` feature is on and oneDNN links here.
+pub fn open() -> Result<Box<dyn super::Backend>, super::Unavailable> {
+    super::optional(
+        super::BackendId::Dnnl,
+        cfg!(feature = "dnnl"),
+        available,
+        || Box::new(backend()),
+        NEEDS,
+    )
+}
+
 /// The `dnnl` backend.
 #[derive(Debug)]
 pub struct DnnlBackend;

@@ -83,6 +83,14 @@ impl Backend for GemmLibrary {
     }
 }
 
+/// Fill and stroke of the backend's nodes in `collage explain --html`.
+pub const COLOUR: (&str, &str) = ("#d8f0d2", "#3d8a36");
+
+/// The backend (always available).
+pub fn open() -> Result<Box<dyn super::Backend>, super::Unavailable> {
+    Ok(Box::new(backend()))
+}
+
 /// The `gemm` backend (always available: the crate is a dependency of the runtime).
 pub fn backend() -> GemmLibrary {
     GemmLibrary {
