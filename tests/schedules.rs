@@ -8,6 +8,7 @@ use std::path::Path;
 
 use collage_build::ir::{DType, Graph, Tensor, TensorType};
 use collage_build::ops::{lookup, Attr, Attrs, OpCx};
+use collage_build::pipeline::Options;
 use collage_build::{passes, tools};
 use collage_runtime::Executor;
 
@@ -63,6 +64,17 @@ fn check(
     x_shape: &[usize],
     build: impl Fn(&mut Graph, collage_build::ir::ValueId) -> collage_build::ir::ValueId,
 ) {
+    check_with(name, x_shape, &Options::default(), &["-O1", "-O2"], build)
+}
+
+/// [`check`] with compile options and C optimisation levels.
+fn check_with(
+    name: &str,
+    x_shape: &[usize],
+    opts: &Options,
+    levels: &[&str],
+    build: impl Fn(&mut Graph, collage_build::ir::ValueId) -> collage_build::ir::ValueId,
+) {
     let x = rand(x_shape, 7);
     let make = |konst: bool| {
         let mut g = Graph::new(name);
@@ -84,16 +96,20 @@ fn check(
         .expect("folded to a constant")
         .as_ref()
         .clone();
-    let c = collage_build::compile_graph(make(false), "t").unwrap();
+    let c = collage_build::pipeline::compile(make(false), "t", opts).unwrap();
     let work = std::env::temp_dir().join(format!("collage-sched-{name}-{}", std::process::id()));
-    for opt in ["-O1", "-O2"] {
+    for &opt in levels {
         let mut m = collage_build::native::NativeModel::build(&c, &work, opt).unwrap();
         for threads in [1, 2] {
             let got = m
                 .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
                 .unwrap();
             let (ok, err) = tools::compare(&got[0], &want);
-            assert!(ok, "{name} ({opt}, {threads} threads): max error {err}");
+            assert!(
+                ok,
+                "{name} ({opt}, {threads} threads, schedule seed {:?}): max error {err}",
+                opts.schedule_seed
+            );
         }
     }
     let _ = std::fs::remove_dir_all(Path::new(&work));
@@ -218,4 +234,139 @@ fn contraction_with_a_vectorised_erf_and_max_epilogue() {
         let e = node(g, "Erf", Attrs::default(), vec![y]);
         node(g, "Relu", Attrs::default(), vec![e])
     });
+}
+
+/// A small deterministic generator for shapes.
+struct Draw(u64);
+
+impl Draw {
+    /// A number in `lo..=hi`.
+    fn int(&mut self, lo: usize, hi: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        lo + (self.0 % (hi - lo + 1) as u64) as usize
+    }
+}
+
+/// Every point of the schedule space is correct, not only the default: each stage kind on small
+/// random shapes, compiled on `c` with every generated stage's schedule drawn at random
+/// (`Options::schedule_seed`: register tile width and height, jam factor, accumulator bytes),
+/// against the interpreter.
+#[test]
+fn random_schedules_on_random_shapes() {
+    let seeds: u64 = std::env::var("COLLAGE_SCHEDULE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    for seed in 1..=seeds {
+        let opts = Options {
+            backends: "c".into(),
+            schedule_seed: Some(seed),
+            ..Options::default()
+        };
+        let d = &mut Draw(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+        let o = &["-O1"];
+        // Matrix product with a fused bias and ReLU (register-blocked, packed weights).
+        let (m, k, n) = (d.int(1, 13), d.int(1, 70), d.int(1, 90));
+        check_with(&format!("r{seed}_mm"), &[m, k], &opts, o, |g, x| {
+            let w = g.add_const("w", rand(&[k, n], 3));
+            let b = g.add_const("b", rand(&[n], 4));
+            let y = node(g, "MatMul", Attrs::default(), vec![x, w]);
+            let y = node(g, "Add", Attrs::default(), vec![y, b]);
+            node(g, "Relu", Attrs::default(), vec![y])
+        });
+        // Two activations (no packing), transposed.
+        let (b, r, c) = (d.int(1, 3), d.int(1, 12), d.int(2, 40));
+        check_with(&format!("r{seed}_bmm"), &[b, r, c], &opts, o, |g, x| {
+            let t = node(g, "Transpose", ints(&[("perm", vec![0, 2, 1])]), vec![x]);
+            node(g, "MatMul", Attrs::default(), vec![t, x])
+        });
+        // Convolution (im2col), then depthwise 3x3 and pointwise 1x1 (a fused group's kinds).
+        let (ci, co, h, w) = (d.int(1, 6), d.int(1, 12), d.int(3, 20), d.int(3, 20));
+        let (s, p) = (d.int(1, 2) as i64, d.int(0, 1) as i64);
+        check_with(
+            &format!("r{seed}_conv"),
+            &[1, ci, h, w],
+            &opts,
+            o,
+            |g, x| {
+                let wt = g.add_const("w", rand(&[co, ci, 3, 3], 11));
+                let a = ints(&[
+                    ("strides", vec![s, s]),
+                    ("pads", vec![p, p, p, p]),
+                    ("kernel_shape", vec![3, 3]),
+                ]);
+                let y = node(g, "Conv", a, vec![x, wt]);
+                let y = node(g, "Relu", Attrs::default(), vec![y]);
+                let dw = g.add_const("dw", rand(&[co, 1, 3, 3], 12));
+                let mut a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                a.0.insert("group".into(), Attr::Int(co as i64));
+                let y = node(g, "Conv", a, vec![y, dw]);
+                let pw = g.add_const("pw", rand(&[d_out(co), co, 1, 1], 13));
+                node(
+                    g,
+                    "Conv",
+                    ints(&[("kernel_shape", vec![1, 1])]),
+                    vec![y, pw],
+                )
+            },
+        );
+        // Pooling.
+        let (c, h) = (d.int(1, 5), d.int(2, 19));
+        let (kk, st) = (d.int(1, 3).min(h) as i64, d.int(1, 2) as i64);
+        check_with(&format!("r{seed}_pool"), &[1, c, h, h], &opts, o, |g, x| {
+            let a = ints(&[("kernel_shape", vec![kk, kk]), ("strides", vec![st, st])]);
+            let y = node(g, "MaxPool", a, vec![x]);
+            let k2 = kk.min((h as i64 - kk) / st + 1);
+            let a = ints(&[("kernel_shape", vec![k2, k2]), ("strides", vec![st, st])]);
+            node(g, "AveragePool", a, vec![y])
+        });
+        // Reductions: softmax and layer normalisation (two passes over a row), a mean.
+        let (r, c) = (d.int(1, 9), d.int(1, 150));
+        check_with(&format!("r{seed}_norm"), &[r, c], &opts, o, |g, x| {
+            let y = node(g, "Softmax", Attrs::default(), vec![x]);
+            let scale = g.add_const("scale", rand(&[c], 14));
+            let bias = g.add_const("bias", rand(&[c], 15));
+            let y = node(
+                g,
+                "LayerNormalization",
+                Attrs::default(),
+                vec![y, scale, bias],
+            );
+            node(g, "ReduceMean", ints(&[("axes", vec![0])]), vec![y])
+        });
+    }
+}
+
+/// Pointwise output channels for a depthwise input of `c` channels.
+fn d_out(c: usize) -> usize {
+    c + 3
+}
+
+/// The drawn schedules reach the code generator: different seeds give different kernels for
+/// one matrix product and one row reduction.
+#[test]
+fn schedule_seeds_change_the_generated_code() {
+    let build = || {
+        let mut g = Graph::new("mm");
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, [12, 64])));
+        g.inputs.push(x);
+        let w = g.add_const("w", rand(&[64, 96], 3));
+        let y = node(&mut g, "MatMul", Attrs::default(), vec![x, w]);
+        let y = node(&mut g, "Softmax", Attrs::default(), vec![y]);
+        g.outputs.push(y);
+        g
+    };
+    let mut sources = std::collections::BTreeSet::new();
+    for seed in [None, Some(1), Some(2), Some(3), Some(4), Some(5)] {
+        let opts = Options {
+            backends: "c".into(),
+            schedule_seed: seed,
+            ..Options::default()
+        };
+        let c = collage_build::pipeline::compile(build(), "t", &opts).unwrap();
+        sources.insert(c.c_source);
+    }
+    assert!(sources.len() >= 4, "{} distinct kernels", sources.len());
 }

@@ -159,6 +159,7 @@ impl Build {
             target: Some(target.clone()),
             threads: self.threads,
             max_tensor_bytes: self.max_tensor_bytes,
+            schedule_seed: None,
         };
         let mut cache_path = None;
         if let Some(cache) = &self.cost_cache {

@@ -30,6 +30,9 @@ pub struct KernelReport {
     pub backend: &'static str,
     /// The loop schedule (of generated kernels).
     pub schedule: Schedule,
+    /// Its knobs (generated reductions; for AVX-512's 16 lanes): the stage's own or the
+    /// target's default.
+    pub knobs: Option<crate::schedule::Schedule>,
     /// Output type.
     pub output: String,
     /// Body evaluations.
@@ -181,6 +184,8 @@ pub fn kernels(
                 name: st.name.clone(),
                 backend: st.exec.backend(),
                 schedule,
+                knobs: (st.exec == crate::te::Exec::Generated && st.reduce.is_some())
+                    .then(|| crate::schedule::Schedule::of(st, 16)),
                 output: p.bufs[id as usize].ty.to_string(),
                 work: st.work(),
                 estimate_us: estimate_us(p, st),
@@ -381,7 +386,7 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
     writeln!(out, "model {model}: {} kernels", ks.len()).unwrap();
     writeln!(
         out,
-        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}",
+        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  knobs",
         "id", "kernel (last node)", "schedule", "output", "work", "est. us", "measured us"
     )
     .unwrap();
@@ -400,7 +405,7 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
         est += k.estimate_us;
         writeln!(
             out,
-            "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}",
+            "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}  {}",
             format!("k{}", k.id),
             truncate(&k.name, 28),
             if k.backend == "c" {
@@ -411,7 +416,8 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
             truncate(&k.output, 22),
             k.work,
             k.estimate_us,
-            m
+            m,
+            k.knobs.map_or("-".to_string(), |s| s.to_string())
         )
         .unwrap();
     }

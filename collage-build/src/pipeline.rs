@@ -39,6 +39,9 @@ pub struct Options {
     /// The ceiling of [`crate::ir::Limits`] in bytes (0: the default, 64 GiB); never more than
     /// the target's address space.
     pub max_tensor_bytes: u64,
+    /// Draw every generated reduction stage's schedule at random from this seed instead of the
+    /// target's default (tests of the schedule space; the output must not change).
+    pub schedule_seed: Option<u64>,
 }
 
 impl Options {
@@ -577,7 +580,7 @@ pub fn compile_passed(
 ) -> Result<Compiled> {
     let info = place_graph(&g, opts, target)?;
     let assign = assignment(&g, &info);
-    let mut c = codegen::compile_assigned(g, symbol, &|n| assign[n])?;
+    let mut c = codegen::compile_scheduled(g, symbol, &|n| assign[n], opts.schedule_seed)?;
     c.placement = Some(info);
     Ok(c)
 }

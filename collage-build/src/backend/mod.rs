@@ -172,7 +172,7 @@ pub(crate) fn optional(
 
 impl std::fmt::Display for BackendId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 

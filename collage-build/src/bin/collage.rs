@@ -152,6 +152,10 @@ struct PlaceArgs {
     /// never more than the target's address space): a larger one is an error naming the node.
     #[arg(long, default_value_t = collage_build::ir::Limits::DEFAULT_CEILING)]
     max_tensor_bytes: u64,
+    /// Draw every generated stage's schedule at random from this seed (tests the schedule
+    /// space: results must not change, only speed).
+    #[arg(long)]
+    schedule_seed: Option<u64>,
 }
 
 impl PlaceArgs {
@@ -178,6 +182,7 @@ impl PlaceArgs {
             target: Some(target),
             threads: 0,
             max_tensor_bytes: self.max_tensor_bytes,
+            schedule_seed: self.schedule_seed,
         })
     }
 }

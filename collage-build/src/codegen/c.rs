@@ -399,7 +399,7 @@ fn plans(p: &Program, st: &Stage, lanes: usize) -> (Option<GemmPlan>, Option<Row
         None
     };
     let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW)
-        .then(|| RowPlan::new(p, st));
+        .then(|| RowPlan::new(p, st, lanes));
     (gemm, row)
 }
 
@@ -977,7 +977,8 @@ struct RowPlan {
 const MAX_ACC_BYTES: usize = 64 * 1024;
 
 impl RowPlan {
-    fn new(p: &Program, st: &Stage) -> RowPlan {
+    fn new(p: &Program, st: &Stage, lanes: usize) -> RowPlan {
+        let sched = crate::schedule::Schedule::of(st, lanes);
         let shape = &st.ty.shape;
         let rank = shape.len();
         let v = rank - 1;
@@ -1010,8 +1011,8 @@ impl RowPlan {
             if !free || shape[k] < 2 {
                 continue;
             }
-            if let Some(j) = [4usize, 3, 2]
-                .into_iter()
+            if let Some(j) = (2..=sched.jam as usize)
+                .rev()
                 .find(|j| shape[k].is_multiple_of(*j) && j * row_bytes <= MAX_ACC_BYTES)
             {
                 jam = Some((k, j));
@@ -1020,8 +1021,8 @@ impl RowPlan {
         }
         let outer: Vec<usize> = (0..v).collect();
         let jn = jam.map_or(1, |(_, j)| j);
-        // Tiles of the row small enough that jn rows of accumulators fit in 8 KiB.
-        let per_tile = ((8192 / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
+        // Tiles of the row small enough that jn rows of accumulators fit the schedule's bytes.
+        let per_tile = ((sched.acc_bytes as usize / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
         let tile = shape[v].min(per_tile);
         let n_tiles = shape[v].div_ceil(tile);
         let n_outer = outer
@@ -1164,14 +1165,18 @@ impl GemmPlan {
                 row_loads.push(e.clone());
             }
         });
-        let vecs = (shape[v] / lanes).clamp(1, 4);
+        // The stage's schedule, legalised: no wider than the row, rows that divide a dimension.
+        let sched = crate::schedule::Schedule::of(st, lanes);
+        let vecs = (sched.vecs as usize).min(shape[v] / lanes).max(1);
         let mut jam = None;
         for k in (0..v).rev() {
             if shape[k] < 2 || row_loads.iter().any(|l| uses_var(l, k as u32)) {
                 continue;
             }
-            let max_rows = if vecs >= 4 { 4 } else { 6 };
-            if let Some(j) = (2..=max_rows).rev().find(|j| shape[k].is_multiple_of(*j)) {
+            if let Some(j) = (2..=sched.rows as usize)
+                .rev()
+                .find(|j| shape[k].is_multiple_of(*j))
+            {
                 jam = Some((k, j));
                 break;
             }

@@ -200,6 +200,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
                     materialize: false,
                     part: 0,
                     exec: te::Exec::Generated,
+                    schedule: None,
                 }),
             );
         }
@@ -259,8 +260,30 @@ pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
 /// `assign`: lowering, fusion, memory placement, C code.
 pub fn compile_assigned(g: Graph, symbol: &str, assign: NodeAssign) -> Result<Compiled> {
+    compile_scheduled(g, symbol, assign, None)
+}
+
+/// [`compile_assigned`], with every generated reduction stage's schedule drawn from the space
+/// at random when `seed` is set (each stage from `seed` and its buffer index): tests of the
+/// whole schedule space.
+pub fn compile_scheduled(
+    g: Graph,
+    symbol: &str,
+    assign: NodeAssign,
+    seed: Option<u64>,
+) -> Result<Compiled> {
     let mut p = lower_graph_with(&g, assign)?;
     te::fuse(&mut p);
+    if let Some(seed) = seed {
+        for (i, b) in p.bufs.iter_mut().enumerate() {
+            if let BufKind::Stage(st) = &mut b.kind {
+                if st.reduce.is_some() && st.exec == te::Exec::Generated {
+                    let mix = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    st.schedule = Some(crate::schedule::Schedule::random(mix));
+                }
+            }
+        }
+    }
     if std::env::var_os("COLLAGE_NO_PACK").is_none() {
         c::pack_weights(&mut p);
     }

@@ -324,6 +324,7 @@ mod tests {
             materialize: false,
             part: 0,
             exec: Default::default(),
+            schedule: None,
         }
     }
 

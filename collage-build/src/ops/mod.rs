@@ -158,6 +158,7 @@ impl LowerCx<'_> {
             materialize: false,
             part: 0,
             exec: Exec::Generated,
+            schedule: None,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }
@@ -191,6 +192,7 @@ impl LowerCx<'_> {
             materialize: false,
             part: 0,
             exec: Exec::Generated,
+            schedule: None,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }

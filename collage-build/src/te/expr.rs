@@ -271,6 +271,10 @@ pub struct Stage {
     pub part: u32,
     /// Who computes the stage: generated loops, or a library call.
     pub exec: Exec,
+    /// Its loop schedule when set (tuned, or drawn by a test); `None`: the target's default
+    /// ([`crate::schedule::Schedule::of`]). Not part of what the stage computes: printed
+    /// beside it, never in its canonical text.
+    pub schedule: Option<crate::schedule::Schedule>,
 }
 
 /// How a stage is executed.

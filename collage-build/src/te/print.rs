@@ -305,6 +305,7 @@ mod tests {
             materialize: false,
             part: 3,
             exec: Exec::Generated,
+            schedule: None,
         };
         assert_eq!(
             st.to_string(),
