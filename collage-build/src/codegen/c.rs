@@ -701,11 +701,49 @@ fn emit_stage(
         }
         _ => None,
     };
+    // An injective stage whose body is `guard ? value : 0` with the guard affine in the
+    // innermost loop variable (padding): that loop runs as three ranges (zeros, values, zeros),
+    // so the value loop has no test per element.
+    let guarded = if st.reduce.is_none() && rank > nd {
+        let (v, nvars) = match split {
+            Some(_) => (rank as u32 + 1, rank + 2),
+            None => (rank as u32 - 1, rank),
+        };
+        let body_now = match split {
+            Some(w) => split_body(&body, rank - 1, w),
+            None => body.clone(),
+        };
+        guard(&body_now, RedOp::Sum, st.ty.dtype, v, nvars).filter(|g| {
+            // With the split, the flattened index must not appear in the guard (it is
+            // defined inside the loop).
+            split.is_none()
+                || g.lo
+                    .iter()
+                    .chain(&g.hi)
+                    .chain(&g.hoisted)
+                    .all(|e| !uses_var(e, rank as u32 - 1))
+        })
+    } else {
+        None
+    };
     for (k, &d) in shape.iter().enumerate().take(loop_dims).skip(nd) {
         if win.is_some() && k == rank - 1 {
             continue;
         }
         match split {
+            Some(w) if k == rank - 1 && guarded.is_some() => {
+                // The outer loop of the split; the inner one is the guarded ranges.
+                let hi = rank as u32;
+                writeln!(
+                    out,
+                    "{indent}for (int64_t i{hi} = 0; i{hi} < {}; ++i{hi}) {{",
+                    d / w
+                )
+                .unwrap();
+                indent.push_str("    ");
+                body = split_body(&body, k, w);
+            }
+            None if k == rank - 1 && guarded.is_some() => {}
             Some(w) if k == rank - 1 => {
                 let (hi, lo) = (rank as u32, rank as u32 + 1);
                 writeln!(
@@ -722,19 +760,7 @@ fn emit_stage(
                 .unwrap();
                 indent.push_str("    ");
                 writeln!(out, "{indent}const int64_t i{k} = i{hi} * {w} + i{lo};").unwrap();
-                body = body.rewrite(&mut |e| match e {
-                    Expr::Bin(BinOp::Div, a, b)
-                        if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) =>
-                    {
-                        Some(Expr::Var(hi))
-                    }
-                    Expr::Bin(BinOp::FMod, a, b)
-                        if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) =>
-                    {
-                        Some(Expr::Var(lo))
-                    }
-                    _ => None,
-                });
+                body = split_body(&body, k, w);
             }
             _ => {
                 writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
@@ -818,6 +844,10 @@ fn emit_stage(
             )
             .unwrap();
         }
+        None if guarded.is_some() => {
+            let g = guarded.as_ref().expect("checked");
+            emit_guarded(out, &em, &indent, g, p, id, st, split, &flat_out);
+        }
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&body)).unwrap(),
         Some(r) => {
             writeln!(
@@ -847,12 +877,137 @@ fn emit_stage(
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
     }
-    for _ in nd..loop_dims + split.map_or(0, |_| 1) - usize::from(win.is_some()) {
+    let opened = loop_dims + split.map_or(0, |_| 1)
+        - usize::from(win.is_some())
+        - usize::from(guarded.is_some());
+    for _ in nd..opened {
         indent.truncate(indent.len() - 4);
         writeln!(out, "{indent}}}").unwrap();
     }
     writeln!(out, "    }}\n}}").unwrap();
     (fname, n_outer, parallel)
+}
+
+/// `body` with `i{k} / w` and `i{k} % w` replaced by the split loop variables `i{rank}` and
+/// `i{rank + 1}` (`rank` = `k + 1`, the innermost dimension split in two loops).
+fn split_body(body: &Expr, k: usize, w: usize) -> Expr {
+    let (hi, lo) = (k as u32 + 1, k as u32 + 2);
+    body.rewrite(&mut |e| match e {
+        Expr::Bin(BinOp::Div, a, b) if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) => {
+            Some(Expr::Var(hi))
+        }
+        Expr::Bin(BinOp::FMod, a, b) if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) => {
+            Some(Expr::Var(lo))
+        }
+        _ => None,
+    })
+}
+
+/// The innermost loop of a guarded injective stage: zeros below the guard's range, the value
+/// inside it, zeros above. The loop variable is `i{l}` (the last dimension), or with a split
+/// (`i{l} = i{l+1} * w + i{l+2}`) the inner split variable. A panel-packed output is written a
+/// panel segment at a time, so that every segment's stores are contiguous.
+#[allow(clippy::too_many_arguments)]
+fn emit_guarded(
+    out: &mut String,
+    em: &Emitter,
+    indent: &str,
+    g: &Guard,
+    p: &Program,
+    id: u32,
+    st: &Stage,
+    split: Option<usize>,
+    flat_out: &str,
+) {
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let l = rank - 1;
+    let (v, n, def) = match split {
+        Some(w) => (
+            format!("i{}", rank + 1),
+            w,
+            format!("const int64_t i{l} = i{rank} * {w} + i{}; ", rank + 1),
+        ),
+        None => (format!("i{l}"), shape[l], String::new()),
+    };
+    let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
+    for e in &g.lo {
+        lo = format!("cl_max_i64({lo}, {})", em.expr(e));
+    }
+    for e in &g.hi {
+        hi = format!("cl_min_i64({hi}, {})", em.expr(e));
+    }
+    let cty = st.ty.dtype.c_type();
+    let zero = scalar(crate::te::Scalar::from_f64(st.ty.dtype, 0.0));
+    let value = em.expr(&g.value);
+    writeln!(out, "{indent}{{").unwrap();
+    writeln!(out, "{indent}    int64_t lo = {lo}, hi = {hi};").unwrap();
+    if !g.hoisted.is_empty() {
+        let h: Vec<String> = g
+            .hoisted
+            .iter()
+            .map(|e| format!("({})", em.expr(e)))
+            .collect();
+        writeln!(
+            out,
+            "{indent}    if (!({})) {{ lo = 0; hi = 0; }}",
+            h.join(" && ")
+        )
+        .unwrap();
+    }
+    writeln!(
+        out,
+        "{indent}    if (lo > {n}) lo = {n};\n{indent}    if (hi < lo) hi = lo;"
+    )
+    .unwrap();
+    let ranges = [
+        ("0", "lo", &zero),
+        ("lo", "hi", &value),
+        ("hi", &*format!("{n}"), &zero),
+    ];
+    if p.bufs[id as usize].packed {
+        // i{l} = base + v; segments end at panel boundaries.
+        let base = match split {
+            Some(w) => format!("i{rank} * {w}"),
+            None => "0".to_string(),
+        };
+        let strides = strides(shape);
+        let rows: usize = shape[..l].iter().product();
+        let rowflat = (0..l)
+            .filter(|&k| shape[k] != 1)
+            .map(|k| format!("i{k} * {}", strides[k] / shape[l]))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let rowflat = if rowflat.is_empty() {
+            "0".to_string()
+        } else {
+            rowflat
+        };
+        for (a, b, val) in ranges {
+            writeln!(
+                out,
+                "{indent}    for (int64_t s = {a}; s < {b};) {{\n\
+                 {indent}        const int64_t l0 = {base} + s;\n\
+                 {indent}        int64_t e = s + ({PANEL} - l0 % {PANEL});\n\
+                 {indent}        if (e > {b}) e = {b};\n\
+                 {indent}        {cty} *restrict d = b{id} + (l0 / {PANEL}) * {} + ({rowflat}) * {PANEL} + (l0 % {PANEL});\n\
+                 {indent}        for (int64_t {v} = s; {v} < e; ++{v}) {{ {def}d[{v} - s] = {val}; }}\n\
+                 {indent}        s = e;\n\
+                 {indent}    }}",
+                rows * PANEL
+            )
+            .unwrap();
+        }
+    } else {
+        for (a, b, val) in ranges {
+            writeln!(
+                out,
+                "{indent}    for (int64_t {v} = {a}; {v} < {b}; ++{v}) {{ {def}b{id}[{flat_out}] = {val}; }}"
+            )
+            .unwrap();
+        }
+    }
+    writeln!(out, "{indent}}}").unwrap();
 }
 
 /// True if some load in `body` walks its source with stride 1 along reduction variable `r`.
