@@ -781,17 +781,7 @@ fn emit_stage(
     let cty = st.ty.dtype.c_type();
     let flat_out = if p.bufs[id as usize].packed {
         let l = rank - 1;
-        let rows: usize = shape[..l].iter().product();
-        let rowflat = (0..l)
-            .filter(|&k| shape[k] != 1)
-            .map(|k| format!("i{k} * {}", st_strides[k] / shape[l]))
-            .collect::<Vec<_>>()
-            .join(" + ");
-        let rowflat = if rowflat.is_empty() {
-            "0".to_string()
-        } else {
-            rowflat
-        };
+        let (rowflat, rows) = packed_rows(shape);
         format!(
             "(i{l} / {PANEL}) * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
             rows * PANEL
@@ -903,6 +893,24 @@ fn split_body(body: &Expr, k: usize, w: usize) -> Expr {
     })
 }
 
+/// A panel-packed output's row (`i0 .. i{l-1}` flattened, the last dimension `l` excluded) as C,
+/// and its row count.
+fn packed_rows(shape: &[usize]) -> (String, usize) {
+    let l = shape.len() - 1;
+    let st = strides(shape);
+    let rowflat = (0..l)
+        .filter(|&k| shape[k] != 1)
+        .map(|k| format!("i{k} * {}", st[k] / shape[l]))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let rowflat = if rowflat.is_empty() {
+        "0".to_string()
+    } else {
+        rowflat
+    };
+    (rowflat, shape[..l].iter().product())
+}
+
 /// The innermost loop of a guarded injective stage: zeros below the guard's range, the value
 /// inside it, zeros above. The loop variable is `i{l}` (the last dimension), or with a split
 /// (`i{l} = i{l+1} * w + i{l+2}`) the inner split variable. A panel-packed output is written a
@@ -971,18 +979,7 @@ fn emit_guarded(
             Some(w) => format!("i{rank} * {w}"),
             None => "0".to_string(),
         };
-        let strides = strides(shape);
-        let rows: usize = shape[..l].iter().product();
-        let rowflat = (0..l)
-            .filter(|&k| shape[k] != 1)
-            .map(|k| format!("i{k} * {}", strides[k] / shape[l]))
-            .collect::<Vec<_>>()
-            .join(" + ");
-        let rowflat = if rowflat.is_empty() {
-            "0".to_string()
-        } else {
-            rowflat
-        };
+        let (rowflat, rows) = packed_rows(shape);
         for (a, b, val) in ranges {
             writeln!(
                 out,
