@@ -361,7 +361,7 @@ pub fn schedule_text(p: &Program, st: &Stage, lanes: usize) -> String {
             .join(",")
     };
     if st.reduce.is_none() {
-        return format!("elementwise outer {}", outer_dims(&st.ty.shape));
+        return format!("elementwise outer {}", injective_outer_dims(&st.ty.shape));
     }
     match plans(p, st, lanes) {
         (Some(g), _) => format!(
@@ -413,6 +413,18 @@ fn outer_dims(shape: &[usize]) -> usize {
         }
     }
     shape.len()
+}
+
+/// [`outer_dims`] for an injective stage: a last dimension of 16 or more stays an inner loop
+/// (contiguous, vectorisable, no division per element), unless it is the only dimension.
+fn injective_outer_dims(shape: &[usize]) -> usize {
+    let rank = shape.len();
+    let nd = outer_dims(shape);
+    if rank >= 2 && shape[rank - 1] >= 16 {
+        nd.min(rank - 1)
+    } else {
+        nd
+    }
 }
 
 /// x86-64 instruction-set variants compiled next to the baseline and chosen at run time with
@@ -610,7 +622,11 @@ fn emit_stage(
     let fname = format!("k{id}{variant}");
     let shape = &st.ty.shape;
     let rank = shape.len();
-    let nd = outer_dims(shape);
+    let nd = if st.reduce.is_none() {
+        injective_outer_dims(shape)
+    } else {
+        outer_dims(shape)
+    };
     let lanes = match variant {
         "_avx512" => 16,
         "_avx2" => 8,
@@ -705,22 +721,23 @@ fn emit_stage(
     // innermost loop variable (padding): that loop runs as three ranges (zeros, values, zeros),
     // so the value loop has no test per element.
     let guarded = if st.reduce.is_none() && rank > nd {
-        let (v, nvars) = match split {
-            Some(_) => (rank as u32 + 1, rank + 2),
-            None => (rank as u32 - 1, rank),
+        let v = match split {
+            Some(_) => rank as u32 + 1,
+            None => rank as u32 - 1,
         };
         let body_now = match split {
             Some(w) => split_body(&body, rank - 1, w),
             None => body.clone(),
         };
-        guard(&body_now, RedOp::Sum, st.ty.dtype, v, nvars).filter(|g| {
+        let zero = Scalar::from_f64(st.ty.dtype, 0.0);
+        super::window::split(&body_now, zero, v).filter(|g| {
             // With the split, the flattened index must not appear in the guard (it is
             // defined inside the loop).
             split.is_none()
-                || g.lo
+                || g.bounds
                     .iter()
-                    .chain(&g.hi)
-                    .chain(&g.hoisted)
+                    .map(|b| &b.num)
+                    .chain(&g.invariant)
                     .all(|e| !uses_var(e, rank as u32 - 1))
         })
     } else {
@@ -920,7 +937,7 @@ fn emit_guarded(
     out: &mut String,
     em: &Emitter,
     indent: &str,
-    g: &Guard,
+    g: &super::window::Window,
     p: &Program,
     id: u32,
     st: &Stage,
@@ -939,20 +956,22 @@ fn emit_guarded(
         None => (format!("i{l}"), shape[l], String::new()),
     };
     let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
-    for e in &g.lo {
-        lo = format!("cl_max_i64({lo}, {})", em.expr(e));
-    }
-    for e in &g.hi {
-        hi = format!("cl_min_i64({hi}, {})", em.expr(e));
+    for b in &g.bounds {
+        let q = b.c_expr(&em.expr(&b.num));
+        if b.lower {
+            lo = format!("cl_max_i64({lo}, {q})");
+        } else {
+            hi = format!("cl_min_i64({hi}, {q})");
+        }
     }
     let cty = st.ty.dtype.c_type();
     let zero = scalar(crate::te::Scalar::from_f64(st.ty.dtype, 0.0));
     let value = em.expr(&g.value);
     writeln!(out, "{indent}{{").unwrap();
     writeln!(out, "{indent}    int64_t lo = {lo}, hi = {hi};").unwrap();
-    if !g.hoisted.is_empty() {
+    if !g.invariant.is_empty() {
         let h: Vec<String> = g
-            .hoisted
+            .invariant
             .iter()
             .map(|e| format!("({})", em.expr(e)))
             .collect();
