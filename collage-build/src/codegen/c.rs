@@ -1496,6 +1496,40 @@ impl GemmPlan {
         if w > 4 {
             widths.push(4);
         }
+        // Fewer columns than a vector left past the full vectors, in a row of at least a
+        // vector: one vector ending at the row's end (overlapping columns the previous tile
+        // computes; within one panel of packed operands), of which only the new columns are
+        // stored. A row of 49 on 16 lanes then
+        // takes its last column in a vector, not in a scalar loop.
+        let overlap = |out: &mut String, vw: usize| {
+            let vt = format!("cl_f32x{vw}");
+            writeln!(
+                out,
+                "            if (c < t1 && t1 >= {vw} && (t1 - {vw}) % {PANEL} + {vw} <= {PANEL}) {{\n                const int64_t cb = t1 - {vw};"
+            )
+            .unwrap();
+            for j in 0..jn {
+                writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
+            }
+            let mut ri = "                ".to_string();
+            open_reduction(out, &mut ri, &r.extents);
+            for j in 0..jn {
+                let x = vector_expr(em, &jammed(&st.body, j), v as u32, "cb", &vt);
+                writeln!(out, "{ri}a{j} += {x};").unwrap();
+            }
+            close_reduction(out, &mut ri, r.extents.len());
+            writeln!(out, "                float tmp[{vw}];").unwrap();
+            for j in 0..jn {
+                writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
+                writeln!(
+                    out,
+                    "                for (int64_t l = c - cb; l < {vw}; ++l)"
+                )
+                .unwrap();
+                store(out, j, Some("cb + l"), "tmp[l]", "                    ");
+            }
+            writeln!(out, "                c = t1;\n            }}").unwrap();
+        };
         for &vw in &widths {
             let vt = format!("cl_f32x{vw}");
             writeln!(out, "            for (; c + {vw} <= t1; c += {vw}) {{").unwrap();
@@ -1517,6 +1551,7 @@ impl GemmPlan {
             }
             writeln!(out, "            }}").unwrap();
         }
+        overlap(out, w);
         writeln!(
             out,
             "            for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"
