@@ -1496,25 +1496,17 @@ impl GemmPlan {
         if w > 4 {
             widths.push(4);
         }
-        // Fewer columns than a vector left past the full vectors, in a row of at least a
-        // vector: one vector ending at the row's end (overlapping columns the previous tile
-        // computes; within one panel of packed operands), of which only the new columns are
-        // stored. A row of 49 on 16 lanes then
-        // takes its last column in a vector, not in a scalar loop.
-        let overlap = |out: &mut String, vw: usize| {
+        // One vector of `vw` lanes starting at column `col`: accumulate every jammed row, then
+        // store lanes `first..vw` through a scratch array.
+        let one_vector = |out: &mut String, vw: usize, col: &str, first: &str| {
             let vt = format!("cl_f32x{vw}");
-            writeln!(
-                out,
-                "            if (c < t1 && t1 >= {vw} && (t1 - {vw}) % {PANEL} + {vw} <= {PANEL}) {{\n                const int64_t cb = t1 - {vw};"
-            )
-            .unwrap();
             for j in 0..jn {
                 writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
             }
             let mut ri = "                ".to_string();
             open_reduction(out, &mut ri, &r.extents);
             for j in 0..jn {
-                let x = vector_expr(em, &jammed(&st.body, j), v as u32, "cb", &vt);
+                let x = vector_expr(em, &jammed(&st.body, j), v as u32, col, &vt);
                 writeln!(out, "{ri}a{j} += {x};").unwrap();
             }
             close_reduction(out, &mut ri, r.extents.len());
@@ -1523,35 +1515,35 @@ impl GemmPlan {
                 writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
                 writeln!(
                     out,
-                    "                for (int64_t l = c - cb; l < {vw}; ++l)"
+                    "                for (int64_t l = {first}; l < {vw}; ++l)"
                 )
                 .unwrap();
-                store(out, j, Some("cb + l"), "tmp[l]", "                    ");
+                store(
+                    out,
+                    j,
+                    Some(&format!("{col} + l")),
+                    "tmp[l]",
+                    "                    ",
+                );
             }
-            writeln!(out, "                c = t1;\n            }}").unwrap();
         };
         for &vw in &widths {
-            let vt = format!("cl_f32x{vw}");
             writeln!(out, "            for (; c + {vw} <= t1; c += {vw}) {{").unwrap();
-            for j in 0..jn {
-                writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
-            }
-            let mut ri = "                ".to_string();
-            open_reduction(out, &mut ri, &r.extents);
-            for j in 0..jn {
-                let x = vector_expr(em, &jammed(&st.body, j), v as u32, "c", &vt);
-                writeln!(out, "{ri}a{j} += {x};").unwrap();
-            }
-            close_reduction(out, &mut ri, r.extents.len());
-            writeln!(out, "                float tmp[{vw}];").unwrap();
-            for j in 0..jn {
-                writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
-                writeln!(out, "                for (int64_t l = 0; l < {vw}; ++l)").unwrap();
-                store(out, j, Some("c + l"), "tmp[l]", "                    ");
-            }
+            one_vector(out, vw, "c", "0");
             writeln!(out, "            }}").unwrap();
         }
-        overlap(out, w);
+        // Fewer columns than a vector left past the full vectors, in a row of at least a
+        // vector: one vector ending at the row's end (overlapping columns the previous tile
+        // computes; within one panel of packed operands), of which only the new columns are
+        // stored. A row of 49 on 16 lanes then takes its last column in a vector, not in a
+        // scalar loop.
+        writeln!(
+            out,
+            "            if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{\n                const int64_t cb = t1 - {w};"
+        )
+        .unwrap();
+        one_vector(out, w, "cb", "c - cb");
+        writeln!(out, "                c = t1;\n            }}").unwrap();
         writeln!(
             out,
             "            for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"
