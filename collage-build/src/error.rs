@@ -124,9 +124,10 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
-    /// The cost cache cannot be used (corrupt, foreign target, ...).
+    /// The cost cache cannot be used (corrupt, foreign target, ...): a `tune::CacheError`,
+    /// boxed because the cache sits above this module (`From<CacheError>` is in `tune`).
     #[error(transparent)]
-    Cache(#[from] crate::tune::CacheError),
+    Cache(Box<dyn std::error::Error + Send + Sync>),
     /// Bad options (an unknown backend, ...).
     #[error("{0}")]
     Usage(String),

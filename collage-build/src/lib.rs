@@ -24,6 +24,7 @@ pub mod refine;
 pub mod schedule;
 pub mod target;
 pub mod te;
+pub mod tensor;
 pub mod tools;
 pub mod tune;
 

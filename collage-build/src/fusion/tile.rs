@@ -297,8 +297,8 @@ pub fn best_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{DType, TensorType};
     use crate::te::{BufKind, Expr, RedOp, Reduce, Stage};
+    use crate::tensor::{DType, TensorType};
 
     fn input(p: &mut Program, shape: &[usize]) -> BufId {
         let i = p.inputs.len();

@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::OpError;
-use crate::ir::Tensor;
+use crate::tensor::Tensor;
 
 /// One attribute value.
 #[derive(Clone, Debug, PartialEq)]

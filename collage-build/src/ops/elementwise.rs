@@ -7,8 +7,8 @@ use super::{
     NUMERIC,
 };
 use crate::error::OpError;
-use crate::ir::{DType, TensorType};
 use crate::te::{BinOp, Expr, UnOp};
+use crate::tensor::{DType, TensorType};
 
 /// The output element type of an elementwise operator.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -6,8 +6,8 @@ use super::{
     OpKind, OpResult, Operator, ALL, MAX_DIM,
 };
 use crate::error::OpError;
-use crate::ir::{DType, TensorType};
 use crate::te::{Expr, Src};
+use crate::tensor::{DType, TensorType};
 
 /// Integer index types.
 const INDEX: &[DType] = &[DType::I32, DType::I64];

@@ -6,8 +6,8 @@ use super::{
     NUMERIC,
 };
 use crate::error::OpError;
-use crate::ir::TensorType;
 use crate::te::{Expr, RedOp, Src};
+use crate::tensor::TensorType;
 
 /// Index of an input's batch dimensions `in_batch` broadcast to the output's `out_batch`
 /// (output variables `0..out_batch.len()`).

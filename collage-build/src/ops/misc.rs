@@ -6,8 +6,8 @@ use super::{
     LowerCx, OpCx, OpKind, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
-use crate::ir::{DType, Tensor, TensorType};
 use crate::te::{Expr, RedOp, Src, UnOp};
+use crate::tensor::{DType, Tensor, TensorType};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -7,8 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::OpError;
-use crate::ir::{DType, Tensor, TensorType};
 use crate::te::{Exec, Expr, RedOp, Reduce, Src, Stage};
+use crate::tensor::{DType, Tensor, TensorType};
 
 mod attrs;
 pub mod elementwise;

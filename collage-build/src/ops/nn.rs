@@ -6,8 +6,8 @@ use super::{
     OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
-use crate::ir::{DType, TensorType};
 use crate::te::{Expr, RedOp, Src, WindowKind, WindowOp};
+use crate::tensor::{DType, TensorType};
 
 // ---------------------------------------------------------------------------------------------
 // Sliding windows (Conv, ConvTranspose, pools)

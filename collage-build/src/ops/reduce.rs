@@ -7,8 +7,8 @@ use super::{
     Operator, FLOATS, NUMERIC,
 };
 use crate::error::OpError;
-use crate::ir::{DType, TensorType};
 use crate::te::{Expr, RedOp, Src, UnOp};
+use crate::tensor::{DType, TensorType};
 
 /// Numeric types and bool (ReduceMax / ReduceMin from opset 20).
 const NUMERIC_BOOL: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];

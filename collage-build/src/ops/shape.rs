@@ -7,8 +7,8 @@ use super::{
     LowerCx, OpCx, OpKind, OpResult, Operator, FLOATS, NUMERIC,
 };
 use crate::error::OpError;
-use crate::ir::{DType, Tensor, TensorType};
 use crate::te::{Expr, Scalar, Src};
+use crate::tensor::{DType, Tensor, TensorType};
 
 /// Output index variables `Var(0..rank)`.
 fn vars(rank: usize) -> Vec<Expr> {

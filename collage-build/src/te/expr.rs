@@ -1,6 +1,6 @@
 //! Expressions, stages and sources.
 use crate::backend::BackendId;
-use crate::ir::{strides, DType, TensorType};
+use crate::tensor::{strides, DType, TensorType};
 
 /// Where a load reads from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,6 +1,6 @@
 //! A reference interpreter for stages: constant folding and checks of the code generator.
 use super::{BinOp, Expr, RedOp, Scalar, Src, Stage, UnOp};
-use crate::ir::{strides, DType, Tensor};
+use crate::tensor::{strides, DType, Tensor};
 
 /// Evaluates stages over tensors that sources resolve to.
 pub struct Evaluator<'a> {

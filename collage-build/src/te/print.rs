@@ -283,8 +283,8 @@ impl Display for Program {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{DType, TensorType};
     use crate::te::Reduce;
+    use crate::tensor::{DType, TensorType};
 
     #[test]
     fn a_stage_prints_every_construct() {

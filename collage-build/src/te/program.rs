@@ -2,7 +2,7 @@
 use std::sync::Arc;
 
 use super::{Src, Stage};
-use crate::ir::{DType, Tensor, TensorType};
+use crate::tensor::{DType, Tensor, TensorType};
 
 /// Index of a buffer in a [`Program`] (`Src::Buf`).
 pub type BufId = u32;

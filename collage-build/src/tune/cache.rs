@@ -480,6 +480,12 @@ pub enum CacheError {
     },
 }
 
+impl From<CacheError> for crate::error::Error {
+    fn from(e: CacheError) -> Self {
+        crate::error::Error::Cache(Box::new(e))
+    }
+}
+
 /// Measured latencies, ordered by [`Key`]. Every entry satisfies [`Entry::validate`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CostCache {

@@ -1,0 +1,8 @@
+//! Tensor values and their types: element types, static shapes, constant tensors and the size
+//! limits of a build. The base every other room builds on (tensor expressions, operators, the
+//! graph IR); it depends on nothing else in the crate.
+mod types;
+mod value;
+
+pub use types::{strides, DType, Limits, TensorType};
+pub use value::Tensor;
