@@ -16,7 +16,7 @@ use crate::codegen::c::{schedule_of, Schedule};
 use crate::codegen::Compiled;
 use crate::error::{Error, Result};
 use crate::measure::{self, kernel_program, MeasureBudget};
-use crate::te::{BinOp, BufKind, Expr, Program, Scalar, Stage};
+use crate::te::{fnv64, BinOp, BufKind, Expr, Program, Scalar, Stage};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
 
 /// One generated kernel.
@@ -43,16 +43,6 @@ pub struct KernelReport {
     pub key: Key,
     /// The cached measurement, if any.
     pub measured: Option<Entry>,
-}
-
-/// FNV-1a (64-bit) of a string: stable across runs and machines, for names and keys.
-pub(crate) fn fnv64(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 /// The cache key of stage `id` of `p`: the hash of the stage's canonical text

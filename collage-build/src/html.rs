@@ -106,7 +106,7 @@ fn colours(backend: &str) -> (&'static str, &'static str) {
     ];
     crate::backend::BackendId::from_name(backend)
         .map(crate::backend::BackendId::colour)
-        .unwrap_or_else(|| MORE[(crate::explain::fnv64(backend) % MORE.len() as u64) as usize])
+        .unwrap_or_else(|| MORE[(crate::te::fnv64(backend) % MORE.len() as u64) as usize])
 }
 
 /// At most `max` characters of `s`, ending in `…` when cut.

@@ -133,7 +133,7 @@ pub fn link_libs(c_source: &str) -> Vec<String> {
 pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
     let source = std::fs::read_to_string(c_path).unwrap_or_default();
     let cached = std::env::var_os("COLLAGE_CC_CACHE").map(|dir| {
-        let key = crate::explain::fnv64(&format!(
+        let key = crate::te::fnv64(&format!(
             "{}\0{}\0{opt}\0{source}",
             c_compiler(),
             c_compiler_version()

@@ -123,7 +123,7 @@ pub fn transition_key(target: &TargetFingerprint, a: &str, b: &str) -> Key {
 /// pipeline) on the backends `names` for `threads` threads: the graph's text IR (FNV-1a hash),
 /// the backend list and the thread count.
 pub fn placement_key(g: &Graph, target: &TargetFingerprint, names: &[&str], threads: usize) -> Key {
-    let hash = crate::explain::fnv64(&g.to_string());
+    let hash = crate::te::fnv64(&g.to_string());
     let types = |vs: &[crate::ir::ValueId]| -> Vec<String> {
         vs.iter().map(|&v| g.ty(v).to_string()).collect()
     };

@@ -200,7 +200,7 @@ pub fn evolve_model(
         evaluations += 1;
         let c = compile_parts(g, parts)?;
         let m = measure::end_to_end(&c, work, "-O3", threads, budget)?;
-        Ok((m, crate::explain::fnv64(&c.c_source)))
+        Ok((m, crate::te::fnv64(&c.c_source)))
     };
 
     // The search's placement, over the same problem the evolution mutates.

@@ -10,6 +10,7 @@ use crate::codegen::Place;
 use crate::error::{Error, Result};
 use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
+pub use crate::te::BackendId;
 use crate::te::{Expr, Program, Stage};
 
 pub use c::CBackend;
@@ -84,34 +85,13 @@ pub trait WindowCalls {
     fn emit_entry(&self, out: &mut String);
 }
 
-/// Registers the backends: one line per backend folder, `Id => folder`, in the default priority
-/// order. The folder is a module that defines `COLOUR` (fill and stroke of its nodes in `collage
-/// explain --html`) and `open()` (the backend, or why it cannot be used here); the backend's name
-/// on the command line and in caches is the folder's name. Everything else about a backend (its
-/// rule, lowering, C prelude, link libraries, availability probe) is in its folder.
-macro_rules! backends {
+/// Declares the backend folders of [`te::backend_list`](crate::te): one module per line of the
+/// list, and [`BackendId`]'s arms that need the folder (`colour`, `lookup`).
+macro_rules! backend_folders {
     ($($(#[$doc:meta])* $id:ident => $folder:ident,)*) => {
         $(pub mod $folder;)*
 
-        /// A backend this compiler knows, whether or not it is compiled in or usable here: how
-        /// the tensor-expression IR (`te::Exec::Library`), placements and the generated code
-        /// name backends.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum BackendId {
-            $($(#[$doc])* $id,)*
-        }
-
         impl BackendId {
-            /// Every backend, in the default priority order.
-            pub const ALL: &'static [BackendId] = &[$(BackendId::$id,)*];
-
-            /// The short name used on the command line and in caches (the folder's name).
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(BackendId::$id => stringify!($folder),)*
-                }
-            }
-
             /// Fill and stroke of the backend's nodes in `collage explain --html`.
             pub fn colour(self) -> (&'static str, &'static str) {
                 match self {
@@ -131,23 +111,7 @@ macro_rules! backends {
     };
 }
 
-backends! {
-    /// Generated C kernels.
-    C => c,
-    /// The pure-Rust `gemm` crate.
-    Gemm => gemm,
-    /// A system CBLAS (OpenBLAS).
-    Blas => blas,
-    /// oneDNN.
-    Dnnl => dnnl,
-}
-
-impl BackendId {
-    /// The backend named `name`, if this compiler knows it.
-    pub fn from_name(name: &str) -> Option<BackendId> {
-        BackendId::ALL.iter().copied().find(|b| b.name() == name)
-    }
-}
+crate::te::backend_list!(backend_folders);
 
 /// An optional backend's `open`: compiled in (`compiled`: its Cargo feature, named like the
 /// backend), then usable here (`available`), then made.
@@ -167,12 +131,6 @@ pub(crate) fn optional(
         Ok(make())
     } else {
         Err(Unavailable::NotHere { backend, needs })
-    }
-}
-
-impl std::fmt::Display for BackendId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.name())
     }
 }
 

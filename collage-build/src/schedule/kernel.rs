@@ -8,23 +8,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::target::Cpu;
+pub use crate::te::Schedule;
 use crate::te::Stage;
-
-/// Knobs of a reduction stage's loop nest (injective stages have none yet).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Schedule {
-    /// Register-blocked contractions: width of the tile of accumulators, in SIMD vectors
-    /// (1..=4).
-    pub vecs: u8,
-    /// Register-blocked contractions: rows of the tile of accumulators (output rows jammed so
-    /// that each loaded vector is reused); 1 is none.
-    pub rows: u8,
-    /// Row reductions: rows of accumulators reduced together (unroll and jam, so that each
-    /// loaded row is reused); 1 is none.
-    pub jam: u8,
-    /// Row reductions: bytes of accumulators one tile keeps (its share of L1).
-    pub acc_bytes: u32,
-}
 
 /// The largest register tile of a register-blocked stage, in vectors per row.
 pub const MAX_VECS: u8 = 4;

@@ -4,6 +4,7 @@
 //! [`Expr`] over the output index variables (`Var(k)`), optionally reduced over reduction variables
 //! (`RVar(k)`), reading its inputs through [`Expr::Load`]. The one description drives the C code
 //! generator, the constant folder (an interpreter), and fusion (inlining and epilogues).
+mod backend;
 mod expr;
 mod fuse;
 mod interp;
@@ -11,11 +12,14 @@ mod print;
 mod program;
 mod simplify;
 
+pub(crate) use backend::backend_list;
+pub use backend::BackendId;
 pub use expr::{
-    bcast_index, BinOp, Exec, Expr, LibraryCall, RedOp, Reduce, Scalar, Src, Stage, UnOp,
+    bcast_index, BinOp, Exec, Expr, LibraryCall, RedOp, Reduce, Scalar, Schedule, Src, Stage, UnOp,
     WindowKind, WindowOp,
 };
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
+pub use print::fnv64;
 pub use program::{BufId, BufKind, Buffer, Program, PANEL};
 pub use simplify::{simplify, simplify_stage};

@@ -280,6 +280,16 @@ impl Display for Program {
     }
 }
 
+/// FNV-1a (64-bit) of a string: stable across runs and machines, for names and keys.
+pub fn fnv64(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
