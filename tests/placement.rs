@@ -100,7 +100,7 @@ fn gemm_cache(g: &collage_build::ir::Graph, target: &TargetFingerprint, us: f64)
 #[test]
 fn placement_follows_the_cost_cache() {
     let g = mnist();
-    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
     let compile = |us: f64| {
         let opts = Options {
             backends: "c,gemm".into(),
@@ -182,7 +182,7 @@ fn mnist_passed() -> collage_build::ir::Graph {
 #[test]
 fn recorded_placement_is_followed() {
     let g = mnist_passed();
-    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
     let greedy = Options {
         backends: "gemm,c".into(),
         greedy: true,
@@ -215,13 +215,14 @@ fn recorded_placement_is_followed() {
             threads: 2
         }
     );
-    let summary = |i: &pipeline::PlacementInfo| -> Vec<(BackendId, Vec<usize>)> {
-        i.placement
-            .parts
-            .iter()
-            .map(|p| (p.backend, p.nodes.clone()))
-            .collect()
-    };
+    let summary =
+        |i: &collage_build::partition::place::PlacementInfo| -> Vec<(BackendId, Vec<usize>)> {
+            i.placement
+                .parts
+                .iter()
+                .map(|p| (p.backend, p.nodes.clone()))
+                .collect()
+        };
     assert_eq!(summary(&got), summary(&want));
     assert!(summary(&got).iter().any(|(b, _)| *b == BackendId::Gemm));
     let c = pipeline::compile_passed(g.clone(), "m", &opts(&good, 2), &target).unwrap();
@@ -255,7 +256,7 @@ fn recorded_placement_is_followed() {
 #[test]
 fn transitions_and_evolution_are_measured_and_recorded() {
     let g = mnist_passed();
-    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
     let work = std::env::temp_dir().join(format!("collage-evolve-test-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let opts = Options {

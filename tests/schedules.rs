@@ -9,7 +9,7 @@ use std::path::Path;
 use collage_build::ir::{DType, Graph, Tensor, TensorType};
 use collage_build::ops::{lookup, Attr, Attrs, OpCx};
 use collage_build::pipeline::Options;
-use collage_build::{passes, tools};
+use collage_build::{passes, tensor};
 use collage_runtime::Executor;
 
 fn rand(shape: &[usize], seed: u64) -> Tensor {
@@ -104,7 +104,7 @@ fn check_with(
             let got = m
                 .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
                 .unwrap();
-            let (ok, err) = tools::compare(&got[0], &want);
+            let (ok, err) = tensor::compare(&got[0], &want);
             assert!(
                 ok,
                 "{name} ({opt}, {threads} threads, schedule seed {:?}): max error {err}",

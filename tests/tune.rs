@@ -11,7 +11,7 @@ fn tune_then_explain_reads_every_kernel_back() {
     let model = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mnist/mnist.onnx");
     let g = collage_build::frontend::onnx::load(model.as_ref()).unwrap();
     let c = collage_build::compile_graph(g, "mnist").unwrap();
-    let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
     let dir = std::env::temp_dir().join(format!("collage-tune-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("cache.toml");

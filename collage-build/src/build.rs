@@ -53,7 +53,7 @@ pub struct Built {
 /// The symbol (file key) of a model path, shared by `build.rs` and `model!`: the path as written,
 /// without `.onnx`, with every non-alphanumeric character replaced by `_`.
 pub fn symbol_for(path: &str) -> String {
-    crate::tools::sanitize(path.trim_end_matches(".onnx"))
+    crate::ir::sanitize(path.trim_end_matches(".onnx"))
 }
 
 impl Build {
@@ -151,7 +151,8 @@ impl Build {
             })?
             .join("collage");
         std::fs::create_dir_all(&out).map_err(io_err(&out))?;
-        let target = crate::tune::TargetFingerprint::current(&crate::native::c_compiler_version());
+        let target =
+            crate::tune::TargetFingerprint::current(&crate::toolchain::c_compiler_version());
         let mut opts = crate::pipeline::Options {
             backends: self.backends.clone(),
             greedy: self.greedy,
@@ -401,7 +402,7 @@ impl Build {
             .map(|p| (p.misses, source));
         let files = write_sources(&c, out)?;
         if self.cargo {
-            for lib in crate::native::link_libs(&c.c_source) {
+            for lib in crate::toolchain::link_libs(&c.c_source) {
                 println!("cargo:rustc-link-lib={lib}");
             }
             cc::Build::new()

@@ -25,6 +25,7 @@ pub mod schedule;
 pub mod target;
 pub mod te;
 pub mod tensor;
+pub mod toolchain;
 pub mod tools;
 pub mod tune;
 

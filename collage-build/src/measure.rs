@@ -21,9 +21,9 @@ use collage_runtime::{Aligned, Arena, Executor, RawRt};
 use crate::codegen::{self, c::Place, Compiled};
 use crate::error::{io_err, Error, Result};
 use crate::ir::{Tensor, TensorType};
-use crate::native::build_shared;
 use crate::te::{BufId, BufKind, Buffer, Program, Src, Stage};
-use crate::tools::pseudo_random;
+use crate::tensor::pseudo_random;
+use crate::toolchain::build_shared;
 
 type RunFn = unsafe extern "C" fn(
     rt: *const RawRt,
@@ -867,7 +867,7 @@ mod tests {
                 }
                 h.run(&exec);
                 let got = h.output(0);
-                let (ok, err) = crate::tools::compare(&got, want[s as usize].as_ref().unwrap());
+                let (ok, err) = crate::tensor::compare(&got, want[s as usize].as_ref().unwrap());
                 assert!(
                     ok,
                     "{}: stage {s} ({}): max error {err}",
@@ -881,7 +881,7 @@ mod tests {
             }
             m.run(&exec);
             let (ok, err) =
-                crate::tools::compare(&m.output(0), want[p.outputs[0] as usize].as_ref().unwrap());
+                crate::tensor::compare(&m.output(0), want[p.outputs[0] as usize].as_ref().unwrap());
             assert!(ok, "{}: model output: max error {err}", c.symbol);
             let _ = std::fs::remove_dir_all(&dir);
         }

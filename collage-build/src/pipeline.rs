@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::explain::{estimate_us, kernel_key};
 use crate::ir::Graph;
 use crate::measure;
-use crate::partition::place::{place, Part, Placement};
+use crate::partition::place::{place, Part, Placement, PlacementInfo};
 use crate::partition::rule::Candidate;
 use crate::partition::search::{SearchLimits, StopReason};
 use crate::te::{self, BufId, BufKind, Program};
@@ -52,54 +52,6 @@ impl Options {
             n => n,
         };
         crate::ir::Limits::for_build_target(ceiling)
-    }
-}
-
-/// What placement decided, for reports.
-#[derive(Clone, Debug)]
-pub struct PlacementInfo {
-    /// The chosen parts, their costs and the search's statistics.
-    pub placement: Placement,
-    /// The backends that were offered, in priority order.
-    pub backends: Vec<&'static str>,
-    /// Kernels priced by the analytic model because the cache had no measurement.
-    pub misses: usize,
-    /// Kernels priced from the cache.
-    pub hits: usize,
-    /// For every part: the cheapest other candidate covering the same nodes (backend, rule,
-    /// cost), if any.
-    pub alternatives: Vec<Option<(String, String, f64)>>,
-    /// Per part: whether its cost is measured (every kernel of it in the cache).
-    pub measured: Vec<bool>,
-    /// Whether `--greedy` made the placement.
-    pub greedy: bool,
-}
-
-impl PlacementInfo {
-    /// The one warning for kernels priced without measurements: their count and the command
-    /// that measures them; `None` when every kernel was measured.
-    pub fn miss_warning(
-        &self,
-        cache: Option<&std::path::Path>,
-        model: &std::path::Path,
-    ) -> Option<String> {
-        if self.misses == 0 {
-            return None;
-        }
-        let total = self.misses + self.hits;
-        let file = cache.map_or("collage-cache.toml".to_string(), |p| {
-            p.display().to_string()
-        });
-        let source = if cache.is_some() {
-            format!("are not in the cost cache {file}")
-        } else {
-            "have no measurement (no cost cache given)".to_string()
-        };
-        Some(format!(
-            "{} of {total} candidate kernel costs {source}; placement used the analytic model for them. Measure them with: collage tune {} --cache {file}",
-            self.misses,
-            model.display()
-        ))
     }
 }
 
@@ -567,7 +519,7 @@ pub fn compile(mut g: Graph, symbol: &str, opts: &Options) -> Result<Compiled> {
     let target = opts
         .target
         .clone()
-        .unwrap_or_else(|| TargetFingerprint::current(&crate::native::c_compiler_version()));
+        .unwrap_or_else(|| TargetFingerprint::current(&crate::toolchain::c_compiler_version()));
     compile_passed(g, symbol, opts, &target)
 }
 

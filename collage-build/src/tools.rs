@@ -10,8 +10,9 @@ use prost::Message;
 
 use crate::error::{io_err, Error, OpError, Result};
 use crate::frontend::onnx::{self, proto::TensorProto, tensor_from_proto, tensor_to_proto};
-use crate::ir::{DType, Graph, Tensor};
+use crate::ir::{sanitize, DType, Graph, Tensor};
 use crate::native::NativeModel;
+use crate::tensor::{compare, pseudo_random};
 
 /// Reads an ONNX `TensorProto` file.
 pub fn read_pb(path: &Path) -> Result<Tensor> {
@@ -29,24 +30,6 @@ pub fn read_pb(path: &Path) -> Result<Tensor> {
 /// Writes an ONNX `TensorProto` file.
 pub fn write_pb(path: &Path, t: &Tensor, name: &str) -> Result<()> {
     std::fs::write(path, tensor_to_proto(t, name).encode_to_vec()).map_err(io_err(path))
-}
-
-/// A C-identifier-safe symbol for a name.
-pub fn sanitize(name: &str) -> String {
-    let mut s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
-        s.insert(0, 'm');
-    }
-    s
 }
 
 /// Replaces graph input `name` by the constant `t` (to specialise value-dependent shapes).
@@ -171,33 +154,6 @@ pub fn check_threads(
         }
     }
     Ok(())
-}
-
-/// The largest difference between `got` and `want`, and whether it is within the tolerance
-/// (float: |got - want| <= 1e-4 + 1e-3 |want|, NaN equals NaN; integers and bools exact).
-pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64) {
-    if got.ty.shape != want.ty.shape || got.ty.dtype != want.ty.dtype {
-        return (false, f64::INFINITY);
-    }
-    let mut ok = true;
-    let mut max_err = 0.0f64;
-    for i in 0..got.numel() {
-        if want.ty.dtype.is_float() {
-            let (g, w) = (got.get_f64(i), want.get_f64(i));
-            if g.is_nan() && w.is_nan() || g == w {
-                continue;
-            }
-            let err = (g - w).abs();
-            max_err = max_err.max(if err.is_nan() { f64::INFINITY } else { err });
-            if err.is_nan() || err > 1e-4 + 1e-3 * w.abs() {
-                ok = false;
-            }
-        } else if got.get_i64(i) != want.get_i64(i) {
-            ok = false;
-            max_err = max_err.max((got.get_i64(i) - want.get_i64(i)).unsigned_abs() as f64);
-        }
-    }
-    (ok, max_err)
 }
 
 fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
@@ -426,23 +382,6 @@ pub fn bench(
         p90_ms: pct(0.9),
         runs: times.len(),
     })
-}
-
-/// Deterministic data in [-1, 1) for a type (integers in [0, 4)).
-pub fn pseudo_random(ty: &crate::ir::TensorType) -> Tensor {
-    let mut t = Tensor::zeros(ty.clone());
-    let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
-    for i in 0..t.numel() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        let u = (s >> 11) as f64 / (1u64 << 53) as f64;
-        match ty.dtype {
-            DType::F32 | DType::F64 => t.set_f64(i, u * 2.0 - 1.0),
-            _ => t.set_i64(i, (u * 4.0) as i64),
-        }
-    }
-    t
 }
 
 /// Reads a raw little-endian f32 file as a tensor of `shape`.

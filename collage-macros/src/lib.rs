@@ -35,7 +35,7 @@ impl Parse for Binding {
     }
 }
 
-/// Must equal `collage_build::tools::sanitize`: both derive the generated file's name from the
+/// Must equal `collage_build::ir::sanitize`: both derive the generated file's name from the
 /// model path (a proc-macro crate cannot depend on `collage-build`; `tests/ui` and the examples
 /// fail to build if the two ever disagree).
 fn sanitize(s: &str) -> String {

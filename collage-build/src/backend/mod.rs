@@ -6,10 +6,10 @@
 //! - `gemm`: matrix products by the pure-Rust `gemm` crate, called back through the runtime;
 //! - `blas`: matrix products by a system CBLAS (OpenBLAS), feature `blas`, detected at build time;
 //! - `dnnl`: oneDNN, feature `dnnl`, detected at build time.
-use crate::codegen::Place;
 use crate::error::{Error, Result};
 use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
+use crate::schedule::Place;
 pub use crate::te::BackendId;
 use crate::te::{Expr, Program, Stage};
 

@@ -168,7 +168,7 @@ impl PlaceArgs {
     }
 
     fn options(&self) -> collage_build::Result<Options> {
-        let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+        let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
         let cache = self
             .cache
             .as_ref()
@@ -379,7 +379,8 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             generations,
             population,
         } => {
-            let target = TargetFingerprint::current(&collage_build::native::c_compiler_version());
+            let target =
+                TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
             let mut cache = if path.exists() {
                 CostCache::load_for_target(&path, &target)?
             } else {
@@ -468,7 +469,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
         Cmd::Cache { cmd } => match cmd {
             CacheCmd::Check { file } => {
                 let target =
-                    TargetFingerprint::current(&collage_build::native::c_compiler_version());
+                    TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
                 let cache = CostCache::load_for_target(&file, &target)?;
                 println!(
                     "{}: {} entries, valid for {}",
@@ -544,7 +545,7 @@ fn warn_misses(c: &collage_build::Compiled, cache: Option<&Path>, model: &Path) 
 
 fn compile(model: &Path, opts: &Options) -> collage_build::Result<collage_build::Compiled> {
     let g = collage_build::frontend::onnx::load(model)?;
-    let symbol = tools::sanitize(
+    let symbol = collage_build::ir::sanitize(
         model
             .file_stem()
             .map(|s| s.to_string_lossy())

@@ -6,22 +6,10 @@
 use std::fmt::Write;
 
 use crate::ir::{strides, DType};
+pub use crate::schedule::Place;
 use crate::te::{
     BinOp, BufKind, Exec, Expr, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL,
 };
-
-/// Where every buffer lives at run time.
-#[derive(Clone, Debug)]
-pub enum Place {
-    /// `inputs[i]`.
-    Input(usize),
-    /// `weights + offset`.
-    Weight(usize),
-    /// `arena + offset`.
-    Arena(usize),
-    /// Nothing (dead buffer).
-    None,
-}
 
 /// Weight bytes above which a smaller stage is still split across threads: streaming weights is
 /// memory-bound, and two cores fetch them faster than one.

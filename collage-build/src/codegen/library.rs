@@ -8,8 +8,8 @@
 //! runtime's, whatever the library.
 use std::fmt::Write;
 
-use super::c::Place;
 use crate::ir::DType;
+use crate::schedule::{buf_ptr, Place};
 use crate::te::{BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// An index expression as `c + r * RVar(0) + sum(vars[k] * Var(k))`.
@@ -285,17 +285,6 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
     let b_ok = (g.b.cs == 1 || n == 1) && (g.b.rs >= n || k == 1)
         || (g.b.rs == 1 || k == 1) && (g.b.cs >= k || n == 1);
     a_ok && b_ok
-}
-
-/// The C expression of buffer `b`'s first element as `const float *` (inside a kernel taking
-/// `collage_ctx *ctx`).
-pub fn buf_ptr(places: &[Place], b: u32) -> String {
-    match places[b as usize] {
-        Place::Input(i) => format!("(const float *)ctx->I[{i}]"),
-        Place::Weight(o) => format!("(const float *)(ctx->W + {o})"),
-        Place::Arena(o) => format!("(const float *)(ctx->A + {o})"),
-        Place::None => panic!("a library call reads dead buffer {b}"),
-    }
 }
 
 /// Emits `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing stage `id` (a

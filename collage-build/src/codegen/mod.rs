@@ -48,7 +48,7 @@ pub struct Compiled {
     /// The optimised graph (for inspection).
     pub graph: Graph,
     /// What placement decided (absent for single-backend compiles).
-    pub placement: Option<crate::pipeline::PlacementInfo>,
+    pub placement: Option<crate::partition::place::PlacementInfo>,
 }
 
 /// Lowers every node of `g` (after the pass pipeline) into one [`Program`], every stage tagged

@@ -20,7 +20,7 @@ pub fn array_type(ty: &TensorType) -> TokenStream {
 
 /// A Rust identifier for an input name (`input_<i>` when the name makes none, e.g. a keyword).
 fn ident_for(name: &str, i: usize) -> proc_macro2::Ident {
-    let s = crate::tools::sanitize(name);
+    let s = crate::ir::sanitize(name);
     match syn::parse_str::<syn::Ident>(&s) {
         Ok(_) => format_ident!("{}", s),
         Err(_) => format_ident!("input_{}", i),

@@ -2,8 +2,8 @@
 //! and the search picks the cheapest exact cover. Costs come from the caller (a cost cache lookup,
 //! or the analytic model [`analytic_cost`]).
 //!
-//! `crate::pipeline` prices candidates from the cost cache and generates code that follows the
-//! placement.
+//! The driver prices candidates from the cost cache and generates code that follows the
+//! placement ([`PlacementInfo`] is what it decided, for reports).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,54 @@ pub struct Placement {
     pub candidates: usize,
     /// Time spent generating candidates and searching.
     pub elapsed: Duration,
+}
+
+/// What placement decided, for reports.
+#[derive(Clone, Debug)]
+pub struct PlacementInfo {
+    /// The chosen parts, their costs and the search's statistics.
+    pub placement: Placement,
+    /// The backends that were offered, in priority order.
+    pub backends: Vec<&'static str>,
+    /// Kernels priced by the analytic model because the cache had no measurement.
+    pub misses: usize,
+    /// Kernels priced from the cache.
+    pub hits: usize,
+    /// For every part: the cheapest other candidate covering the same nodes (backend, rule,
+    /// cost), if any.
+    pub alternatives: Vec<Option<(String, String, f64)>>,
+    /// Per part: whether its cost is measured (every kernel of it in the cache).
+    pub measured: Vec<bool>,
+    /// Whether `--greedy` made the placement.
+    pub greedy: bool,
+}
+
+impl PlacementInfo {
+    /// The one warning for kernels priced without measurements: their count and the command
+    /// that measures them; `None` when every kernel was measured.
+    pub fn miss_warning(
+        &self,
+        cache: Option<&std::path::Path>,
+        model: &std::path::Path,
+    ) -> Option<String> {
+        if self.misses == 0 {
+            return None;
+        }
+        let total = self.misses + self.hits;
+        let file = cache.map_or("collage-cache.toml".to_string(), |p| {
+            p.display().to_string()
+        });
+        let source = if cache.is_some() {
+            format!("are not in the cost cache {file}")
+        } else {
+            "have no measurement (no cost cache given)".to_string()
+        };
+        Some(format!(
+            "{} of {total} candidate kernel costs {source}; placement used the analytic model for them. Measure them with: collage tune {} --cache {file}",
+            self.misses,
+            model.display()
+        ))
+    }
 }
 
 /// Body evaluations of every node (from its tensor-expression lowering): the work measure of the

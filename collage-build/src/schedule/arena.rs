@@ -1,5 +1,31 @@
 //! One arena for all intermediate tensors, planned at build time by liveness with best-fit reuse
 //! ("greedy by size": largest buffers first, each at the lowest offset free during its lifetime).
+//! Also where every buffer lives at run time ([`Place`]: an input, the weights or the arena) and
+//! the C pointer to it in a kernel ([`buf_ptr`]).
+
+/// Where every buffer lives at run time.
+#[derive(Clone, Debug)]
+pub enum Place {
+    /// `inputs[i]`.
+    Input(usize),
+    /// `weights + offset`.
+    Weight(usize),
+    /// `arena + offset`.
+    Arena(usize),
+    /// Nothing (dead buffer).
+    None,
+}
+
+/// The C expression of buffer `b`'s first element as `const float *` (inside a kernel taking
+/// `collage_ctx *ctx`).
+pub fn buf_ptr(places: &[Place], b: u32) -> String {
+    match places[b as usize] {
+        Place::Input(i) => format!("(const float *)ctx->I[{i}]"),
+        Place::Weight(o) => format!("(const float *)(ctx->W + {o})"),
+        Place::Arena(o) => format!("(const float *)(ctx->A + {o})"),
+        Place::None => panic!("a library call reads dead buffer {b}"),
+    }
+}
 
 /// A buffer to place: its size and the steps during which it is live (inclusive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,4 +5,4 @@ mod types;
 mod value;
 
 pub use types::{strides, DType, Limits, TensorType};
-pub use value::Tensor;
+pub use value::{compare, pseudo_random, Tensor};

@@ -66,6 +66,6 @@ pub fn available() -> bool {
     *AVAILABLE.get_or_init(|| {
         cfg!(feature = "blas")
             && std::env::var_os("COLLAGE_NO_BLAS").is_none()
-            && crate::native::probe_link(PROBE, &["openblas"])
+            && crate::toolchain::probe_link(PROBE, &["openblas"])
     })
 }

@@ -12,7 +12,7 @@
 //! under a mutex.
 use std::fmt::Write;
 
-use crate::codegen::c::Place;
+use crate::schedule::{buf_ptr, Place};
 use crate::ir::DType;
 use crate::te::{BinOp, BufKind, Expr, Program, Src, Stage, WindowKind, WindowOp};
 
@@ -392,7 +392,7 @@ pub fn emit_call(
     call: &DnnlCall,
     fname: &str,
 ) {
-    let ptr = |b: u32| crate::codegen::library::buf_ptr(places, b);
+    let ptr = |b: u32| buf_ptr(places, b);
     let dst = ptr(id).replace("const float", "float");
     writeln!(
         out,
@@ -486,7 +486,7 @@ mod tests {
     use crate::native::NativeModel;
     use crate::ops::{lookup, Attr, Attrs, OpCx};
     use crate::pipeline::{compile, Options};
-    use crate::tools::{compare, pseudo_random};
+    use crate::tensor::{compare, pseudo_random};
 
     /// `y = Conv(x, w)` with both a model input: 16 channels, 3x3, padded.
     fn conv_of_inputs() -> Graph {

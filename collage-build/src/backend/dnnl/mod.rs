@@ -155,6 +155,6 @@ pub fn available() -> bool {
     *AVAILABLE.get_or_init(|| {
         cfg!(feature = "dnnl")
             && std::env::var_os("COLLAGE_NO_DNNL").is_none()
-            && crate::native::probe_link(PROBE, &["dnnl", "gomp"])
+            && crate::toolchain::probe_link(PROBE, &["dnnl", "gomp"])
     })
 }

@@ -25,7 +25,7 @@ fn primitives_with_fused_post_ops_match_onnx_runtime() {
         eprintln!("{why}; skipped");
         return;
     }
-    let target = TargetFingerprint::current(&crate::native::c_compiler_version());
+    let target = TargetFingerprint::current(&crate::toolchain::c_compiler_version());
     for name in ["mnist_cnn", "resnet18"] {
         let dir = models_dir();
         let model = dir.join(format!("{name}.onnx"));

@@ -28,7 +28,7 @@ pub struct Found {
 
 /// The symbol of a DSL model: `dsl_<name in lower case>`.
 pub fn symbol_for_dsl(name: &str) -> String {
-    format!("dsl_{}", crate::tools::sanitize(name))
+    format!("dsl_{}", crate::ir::sanitize(name))
 }
 
 fn dsl_err(file: &Path, model: &str, e: &syn::Error) -> Error {
