@@ -7,8 +7,8 @@
 //! be listed in `tests/expected_failures/<backend>.txt` with a reason; a listed test that passes
 //! must be removed from the list.
 use collage_build::backend::BackendId;
-use collage_build::pipeline::Options;
-use collage_build::tools;
+use collage_build::driver::run;
+use collage_build::driver::Options;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -59,7 +59,7 @@ fn run_on(backend: &str, dir: &Path, tests: &[String], opts: &Options) -> usize 
         "collage-conformance-{backend}-{}",
         std::process::id()
     ));
-    let results = tools::conformance_tests(dir, tests, 2, &work, opts).unwrap();
+    let results = run::conformance_tests(dir, tests, 2, &work, opts).unwrap();
     let _ = std::fs::remove_dir_all(&work);
     let mut pass = 0;
     let mut unexpected = Vec::new();
@@ -104,7 +104,7 @@ fn onnx_node_tests_on_c() {
             Some((w.next()?.to_string(), w.next()?.to_string()))
         })
         .collect();
-    let tests = tools::conformance_scope(&dir).unwrap();
+    let tests = run::conformance_scope(&dir).unwrap();
     let opts = Options {
         backends: "c".into(),
         ..Options::default()
@@ -122,7 +122,7 @@ fn onnx_node_tests_on_c() {
 #[test]
 fn onnx_node_tests_on_library_backends() {
     let dir = data_dir();
-    let scope = tools::conformance_scope(&dir).unwrap();
+    let scope = run::conformance_scope(&dir).unwrap();
     // The operator types of every test's model (tests whose model does not import are the `c`
     // run's to report).
     let ops: Vec<(String, Vec<(&'static str, collage_build::ops::OpKind)>)> = scope

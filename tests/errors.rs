@@ -881,19 +881,19 @@ fn shapes_from_attributes_and_constants_are_checked() {
 fn the_size_ceiling_is_configurable_and_checked_on_the_arena() {
     // f32[1024, 1024] = 4 MiB: over a 1 MiB ceiling as a tensor.
     let bytes = one_node("Relu", Some(&[1024, 1024]), &["x"], vec![], vec![]);
-    let opts = |max| collage_build::pipeline::Options {
+    let opts = |max| collage_build::driver::Options {
         max_tensor_bytes: max,
         ..Default::default()
     };
     let g = import_bytes(&bytes, Path::new("test.onnx")).unwrap();
-    let e = collage_build::pipeline::compile(g, "t", &opts(1 << 20)).unwrap_err();
+    let e = collage_build::driver::compile(g, "t", &opts(1 << 20)).unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains("`x`") && msg.contains("1048576 bytes"),
         "{msg}"
     );
     let g = import_bytes(&bytes, Path::new("test.onnx")).unwrap();
-    assert!(collage_build::pipeline::compile(g, "t", &opts(8 << 20)).is_ok());
+    assert!(collage_build::driver::compile(g, "t", &opts(8 << 20)).is_ok());
 
     // Two outputs of 3 MiB each that fit one by one, in an arena that does not.
     let bytes = model(
@@ -905,6 +905,6 @@ fn the_size_ceiling_is_configurable_and_checked_on_the_arena() {
         &["a", "b"],
     );
     let g = import_bytes(&bytes, Path::new("test.onnx")).unwrap();
-    let e = collage_build::pipeline::compile(g, "t", &opts(4 << 20)).unwrap_err();
+    let e = collage_build::driver::compile(g, "t", &opts(4 << 20)).unwrap_err();
     assert!(e.to_string().contains("arena"), "{e}");
 }

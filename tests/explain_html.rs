@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use collage_build::pipeline::{self, Options};
+use collage_build::driver::{self, Options};
 use collage_build::tune::CostCache;
 
 #[test]
@@ -21,9 +21,9 @@ fn explain_page_opens_in_headless_chromium() {
         ..Options::default()
     };
     let g = collage_build::frontend::onnx::load(&root.join("examples/mnist/mnist.onnx")).unwrap();
-    let c = pipeline::compile(g, "mnist", &opts).unwrap();
-    let ks = collage_build::explain::kernels(&c, &target, opts.cache.as_deref());
-    let page = collage_build::html::render(&collage_build::explain::html_page(&c, &ks));
+    let c = driver::compile(g, "mnist", &opts).unwrap();
+    let ks = collage_build::report::kernels(&c, &target, opts.cache.as_deref());
+    let page = collage_build::report::html::render(&collage_build::report::html_page(&c, &ks));
     let dir = std::env::temp_dir().join(format!("collage-html-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("mnist.html");

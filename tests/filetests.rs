@@ -10,10 +10,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use collage_build::codegen::{self, c::schedule_text, Place};
-use collage_build::pipeline::{self, Options};
+use collage_build::driver::{self, Options};
 use collage_build::te::BufKind;
 use collage_build::tune::cache::TargetFingerprint;
-use collage_build::{explain, measure};
+use collage_build::tune::{measure, price};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,7 +63,7 @@ fn check(name: &str, model: &Path) {
         backends: "c".into(),
         ..Options::default()
     };
-    let c = pipeline::compile(g, name, &opts).unwrap();
+    let c = driver::compile(g, name, &opts).unwrap();
     let p = &c.program;
     let te = p.to_string();
     let mut sched = String::from("# loop schedules of the generated stages (16 f32 lanes)\n");
@@ -89,7 +89,7 @@ fn check(name: &str, model: &Path) {
     let mut keys =
         String::from("# cost-cache keys of the kernels: backend, signature, inputs -> output\n");
     for id in measure::stages(p) {
-        let k = explain::kernel_key(p, id, &target);
+        let k = price::kernel_key(p, id, &target);
         writeln!(
             keys,
             "b{id} {} {} {} -> {}",

@@ -2,8 +2,8 @@
 //! fixed inputs (both written by `.ci/run`): |got - want| <= 1e-4 + 1e-3 |want|.
 use std::path::PathBuf;
 
-use collage_build::pipeline::Options;
-use collage_build::tools;
+use collage_build::driver::run as tools;
+use collage_build::driver::Options;
 
 mod common;
 

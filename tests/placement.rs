@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use collage_build::backend::{self, BackendId};
-use collage_build::partition::place::{analytic_cost, node_work, place};
+use collage_build::driver::place::place;
+use collage_build::driver::{self, Options};
+use collage_build::partition::place::{analytic_cost, node_work};
 use collage_build::partition::search::{SearchLimits, StopReason};
-use collage_build::pipeline::{self, Options};
 use collage_build::tune::{CostCache, Entry, TargetFingerprint};
 
 fn placed(model: &Path) {
@@ -83,7 +84,7 @@ fn gemm_cache(g: &collage_build::ir::Graph, target: &TargetFingerprint, us: f64)
         ..Options::default()
     };
     let mut cache = CostCache::new();
-    let todo = pipeline::candidate_kernels(&g, &opts, target, &cache).unwrap();
+    let todo = driver::candidate_kernels(&g, &opts, target, &cache).unwrap();
     assert!(
         !todo.is_empty(),
         "the gemm backend proposes no kernel for mnist"
@@ -108,7 +109,7 @@ fn placement_follows_the_cost_cache() {
             target: Some(target.clone()),
             ..Options::default()
         };
-        pipeline::compile(g.clone(), "m", &opts).unwrap()
+        driver::compile(g.clone(), "m", &opts).unwrap()
     };
     let fast = compile(0.001);
     let info = fast.placement.as_ref().unwrap();
@@ -147,7 +148,7 @@ fn greedy_and_backend_selection() {
         greedy: true,
         ..Options::default()
     };
-    let c = pipeline::compile(g.clone(), "m", &opts).unwrap();
+    let c = driver::compile(g.clone(), "m", &opts).unwrap();
     let info = c.placement.as_ref().unwrap();
     assert_eq!(info.placement.stop, StopReason::Greedy);
     for part in &info.placement.parts {
@@ -164,7 +165,7 @@ fn greedy_and_backend_selection() {
         backends: "c,nosuch".into(),
         ..Options::default()
     };
-    let e = pipeline::compile(g, "m", &bad).unwrap_err().to_string();
+    let e = driver::compile(g, "m", &bad).unwrap_err().to_string();
     assert!(
         e.contains("nosuch") && e.contains("available here: c"),
         "{e}"
@@ -188,12 +189,12 @@ fn recorded_placement_is_followed() {
         greedy: true,
         ..Options::default()
     };
-    let want = pipeline::place_graph(&g, &greedy, &target).unwrap();
+    let want = driver::place_graph(&g, &greedy, &target).unwrap();
     let record = |parts: String| {
         let mut params = std::collections::BTreeMap::new();
         params.insert("parts".to_string(), parts);
         let mut cache = CostCache::new();
-        let key = pipeline::placement_key(&g, &target, &["c", "gemm"], 2);
+        let key = collage_build::tune::price::placement_key(&g, &target, &["c", "gemm"], 2);
         cache
             .insert(key, Entry::new(10.0, 11.0, 5, params).unwrap())
             .unwrap();
@@ -206,8 +207,8 @@ fn recorded_placement_is_followed() {
         threads,
         ..Options::default()
     };
-    let good = record(pipeline::encode_parts(&want.placement.parts));
-    let got = pipeline::place_graph(&g, &opts(&good, 2), &target).unwrap();
+    let good = record(driver::encode_parts(&want.placement.parts));
+    let got = driver::place_graph(&g, &opts(&good, 2), &target).unwrap();
     assert_eq!(
         got.placement.stop,
         StopReason::Recorded {
@@ -225,13 +226,13 @@ fn recorded_placement_is_followed() {
         };
     assert_eq!(summary(&got), summary(&want));
     assert!(summary(&got).iter().any(|(b, _)| *b == BackendId::Gemm));
-    let c = pipeline::compile_passed(g.clone(), "m", &opts(&good, 2), &target).unwrap();
+    let c = driver::compile_passed(g.clone(), "m", &opts(&good, 2), &target).unwrap();
     assert!(
         c.c_source.contains("rt->sgemm"),
         "the record was not compiled"
     );
     // Another thread count: the search decides.
-    let other = pipeline::place_graph(&g, &opts(&good, 1), &target).unwrap();
+    let other = driver::place_graph(&g, &opts(&good, 1), &target).unwrap();
     assert!(matches!(
         other.placement.stop,
         StopReason::Optimal | StopReason::StateLimit { .. }
@@ -242,7 +243,7 @@ fn recorded_placement_is_followed() {
         let rest: Vec<String> = (1..n).map(|i| i.to_string()).collect();
         let text = format!("{bad};c:{}", rest.join(","));
         let text = if bad == "c:0" { bad.to_string() } else { text };
-        let got = pipeline::place_graph(&g, &opts(&record(text.clone()), 2), &target).unwrap();
+        let got = driver::place_graph(&g, &opts(&record(text.clone()), 2), &target).unwrap();
         assert!(
             !matches!(got.placement.stop, StopReason::Recorded { .. }),
             "{text} was followed"
@@ -267,7 +268,7 @@ fn transitions_and_evolution_are_measured_and_recorded() {
     let mut cache = CostCache::new();
     let mut calls = 0;
     let n =
-        collage_build::refine::tune_transitions(&opts, &target, &mut cache, &work, &mut |_, _| {
+        collage_build::driver::tune_transitions(&opts, &target, &mut cache, &work, &mut |_, _| {
             calls += 1
         })
         .unwrap();
@@ -275,12 +276,12 @@ fn transitions_and_evolution_are_measured_and_recorded() {
     assert!(calls >= 2);
     for (a, b) in [("c", "gemm"), ("gemm", "c")] {
         let e = cache
-            .get(&pipeline::transition_key(&target, a, b))
+            .get(&collage_build::tune::price::transition_key(&target, a, b))
             .unwrap_or_else(|| panic!("no {a}->{b} entry"));
         assert!(e.median_us >= 0.0 && e.p90_us >= e.median_us, "{e:?}");
     }
     let again =
-        collage_build::refine::tune_transitions(&opts, &target, &mut cache, &work, &mut |_, _| {})
+        collage_build::driver::tune_transitions(&opts, &target, &mut cache, &work, &mut |_, _| {})
             .unwrap();
     assert_eq!(again, 0, "measured transitions are not measured again");
 
@@ -289,7 +290,7 @@ fn transitions_and_evolution_are_measured_and_recorded() {
         generations: 1,
         ..Default::default()
     };
-    let r = collage_build::refine::evolve_model(
+    let r = collage_build::driver::evolve_model(
         &g,
         &opts,
         &target,
@@ -314,7 +315,7 @@ fn transitions_and_evolution_are_measured_and_recorded() {
         threads: 1,
         ..opts
     };
-    let info = pipeline::place_graph(&g, &with, &target).unwrap();
+    let info = driver::place_graph(&g, &with, &target).unwrap();
     let StopReason::Recorded { median_ns, threads } = info.placement.stop else {
         panic!("the evolved placement is not used: {}", info.placement.stop)
     };

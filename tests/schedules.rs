@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use collage_build::driver::Options;
 use collage_build::ir::{DType, Graph, Tensor, TensorType};
 use collage_build::ops::{lookup, Attr, Attrs, OpCx};
-use collage_build::pipeline::Options;
 use collage_build::{passes, tensor};
 use collage_runtime::Executor;
 
@@ -96,7 +96,7 @@ fn check_with(
         .expect("folded to a constant")
         .as_ref()
         .clone();
-    let c = collage_build::pipeline::compile(make(false), "t", opts).unwrap();
+    let c = collage_build::driver::compile(make(false), "t", opts).unwrap();
     let work = std::env::temp_dir().join(format!("collage-sched-{name}-{}", std::process::id()));
     for &opt in levels {
         let mut m = collage_build::native::NativeModel::build(&c, &work, opt).unwrap();
@@ -365,7 +365,7 @@ fn schedule_seeds_change_the_generated_code() {
             schedule_seed: seed,
             ..Options::default()
         };
-        let c = collage_build::pipeline::compile(build(), "t", &opts).unwrap();
+        let c = collage_build::driver::compile(build(), "t", &opts).unwrap();
         sources.insert(c.c_source);
     }
     assert!(sources.len() >= 4, "{} distinct kernels", sources.len());

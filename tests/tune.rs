@@ -2,8 +2,8 @@
 //! `explain` reads the measurements back; the cache round-trips through its file.
 use std::time::Duration;
 
-use collage_build::explain;
-use collage_build::measure::MeasureBudget;
+use collage_build::report;
+use collage_build::tune::measure::{self, MeasureBudget};
 use collage_build::tune::{CostCache, TargetFingerprint};
 
 #[test]
@@ -23,7 +23,7 @@ fn tune_then_explain_reads_every_kernel_back() {
     let mut cache = CostCache::new();
     let mut saves = 0;
     let mut last = (0, 0);
-    let n = explain::tune(
+    let n = measure::tune_kernels(
         &c,
         &target,
         &mut cache,
@@ -36,13 +36,13 @@ fn tune_then_explain_reads_every_kernel_back() {
         &mut |done, total| last = (done, total),
     )
     .unwrap();
-    let kernels = explain::kernels(&c, &target, None).len();
+    let kernels = report::kernels(&c, &target, None).len();
     assert_eq!(n, kernels);
     assert_eq!(saves, kernels, "saved after every kernel (resumable)");
     assert_eq!(last, (kernels, kernels));
     // Resuming measures nothing new.
     let mut reloaded = CostCache::load_for_target(&path, &target).unwrap();
-    let again = explain::tune(
+    let again = measure::tune_kernels(
         &c,
         &target,
         &mut reloaded,
@@ -53,12 +53,12 @@ fn tune_then_explain_reads_every_kernel_back() {
     )
     .unwrap();
     assert_eq!(again, 0);
-    let reports = explain::kernels(&c, &target, Some(&reloaded));
+    let reports = report::kernels(&c, &target, Some(&reloaded));
     assert!(reports.iter().all(|k| k
         .measured
         .as_ref()
         .is_some_and(|e| e.median_us > 0.0 && e.p90_us >= e.median_us)));
-    let text = explain::render_text(&c.name, &reports);
+    let text = report::render_text(&c.name, &reports);
     assert!(
         text.contains(&format!("over {kernels} of {kernels} kernels")),
         "{text}"

@@ -153,7 +153,7 @@ impl Build {
         std::fs::create_dir_all(&out).map_err(io_err(&out))?;
         let target =
             crate::tune::TargetFingerprint::current(&crate::toolchain::c_compiler_version());
-        let mut opts = crate::pipeline::Options {
+        let mut opts = crate::driver::Options {
             backends: self.backends.clone(),
             greedy: self.greedy,
             cache: None,
@@ -329,7 +329,7 @@ impl Build {
         mut g: Graph,
         label: &str,
         out: &Path,
-        opts: &crate::pipeline::Options,
+        opts: &crate::driver::Options,
         target: &crate::tune::TargetFingerprint,
         cache: &mut crate::tune::CostCache,
         path: &Path,
@@ -338,9 +338,9 @@ impl Build {
         g.limits = opts.limits();
         crate::passes::run(&mut g, crate::passes::PIPELINE)?;
         let work = out.join("tune");
-        let budget = crate::explain::default_budget();
+        let budget = crate::tune::measure::default_budget();
         let mut save = |c: &crate::tune::CostCache| c.save(path).map_err(Into::into);
-        let n = crate::pipeline::tune_model(
+        let n = crate::driver::tune_model(
             &g,
             opts,
             target,
@@ -356,7 +356,7 @@ impl Build {
         ));
         if evolve {
             let threads = self.threads.max(1);
-            let r = crate::refine::evolve_model(
+            let r = crate::driver::evolve_model(
                 &g,
                 opts,
                 target,
@@ -391,10 +391,10 @@ impl Build {
         symbol: &str,
         source: &str,
         out: &Path,
-        opts: &crate::pipeline::Options,
+        opts: &crate::driver::Options,
     ) -> Result<(BuiltModel, Option<(usize, String)>)> {
         let source = source.to_string();
-        let c = crate::pipeline::compile(g, symbol, opts)?;
+        let c = crate::driver::compile(g, symbol, opts)?;
         let misses = c
             .placement
             .as_ref()
@@ -433,14 +433,14 @@ impl Build {
 
     /// Compiles `model` and writes its generated sources (glue, C, weights, text IR) to `out`.
     pub fn emit_sources(model: &Path, out: &Path) -> Result<Vec<PathBuf>> {
-        Self::emit_sources_with(model, out, &crate::pipeline::Options::default())
+        Self::emit_sources_with(model, out, &crate::driver::Options::default())
     }
 
     /// [`Build::emit_sources`] with explicit placement options.
     pub fn emit_sources_with(
         model: &Path,
         out: &Path,
-        opts: &crate::pipeline::Options,
+        opts: &crate::driver::Options,
     ) -> Result<Vec<PathBuf>> {
         let g = crate::frontend::onnx::load(model)?;
         let symbol = symbol_for(
@@ -449,7 +449,7 @@ impl Build {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         );
-        let c = crate::pipeline::compile(g, &symbol, opts)?;
+        let c = crate::driver::compile(g, &symbol, opts)?;
         std::fs::create_dir_all(out).map_err(io_err(out))?;
         let mut files = write_sources(&c, out)?;
         let ir = out.join(format!("{symbol}.ir.txt"));

@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests.
 use collage_build::backend::BackendId;
-use collage_build::pipeline::Options;
+use collage_build::driver::Options;
 
 /// For every library backend registered (`BackendId::ALL`) and available here, the options that
 /// force it first (`--greedy --backends LIB,c`), so it computes every contraction it can take. A

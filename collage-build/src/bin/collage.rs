@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use std::sync::Arc;
 
-use collage_build::pipeline::Options;
-use collage_build::tools;
+use collage_build::driver::run as tools;
+use collage_build::driver::Options;
 use collage_build::tune::{CostCache, TargetFingerprint};
 use collage_runtime::Executor;
 
@@ -354,18 +354,18 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             let opts = place.options_for(threads)?;
             let c = compile(&model, &opts)?;
             let target = opts.target.clone().expect("set by options()");
-            let ks = collage_build::explain::kernels(&c, &target, opts.cache.as_deref());
-            print!("{}", collage_build::explain::render_placement(&c));
-            print!("{}", collage_build::explain::render_text(&c.name, &ks));
+            let ks = collage_build::report::kernels(&c, &target, opts.cache.as_deref());
+            print!("{}", collage_build::report::render_placement(&c));
+            print!("{}", collage_build::report::render_text(&c.name, &ks));
             warn_misses(&c, place.cache.as_deref(), &model);
             if let Some(path) = html {
-                let page = collage_build::explain::html_page(&c, &ks);
-                std::fs::write(&path, collage_build::html::render(&page)).map_err(|source| {
-                    collage_build::Error::Io {
+                let page = collage_build::report::html_page(&c, &ks);
+                std::fs::write(&path, collage_build::report::html::render(&page)).map_err(
+                    |source| collage_build::Error::Io {
                         path: path.clone(),
                         source,
-                    }
-                })?;
+                    },
+                )?;
                 println!("wrote {}", path.display());
             }
             Ok(ExitCode::SUCCESS)
@@ -404,13 +404,13 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             bar.set_message(format!("tuning {}", g.name));
             // The measurements, then the optional refinement; the work folder goes either way.
             let mut measure = || -> collage_build::Result<()> {
-                let n = collage_build::pipeline::tune_model(
+                let n = collage_build::driver::tune_model(
                     &g,
                     &opts,
                     &target,
                     &mut cache,
                     &work,
-                    collage_build::explain::default_budget(),
+                    collage_build::tune::measure::default_budget(),
                     &mut |cache| cache.save(&path).map_err(Into::into),
                     &mut |done, total| {
                         bar.set_length(total as u64);
@@ -433,7 +433,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                     generations,
                     ..Default::default()
                 };
-                let r = collage_build::refine::evolve_model(
+                let r = collage_build::driver::evolve_model(
                     &g,
                     &opts,
                     &target,
@@ -552,7 +552,7 @@ fn compile(model: &Path, opts: &Options) -> collage_build::Result<collage_build:
             .as_deref()
             .unwrap_or("model"),
     );
-    collage_build::pipeline::compile(g, &symbol, opts)
+    collage_build::driver::compile(g, &symbol, opts)
 }
 
 fn read_expected(p: &Path) -> collage_build::Result<Vec<String>> {

@@ -251,12 +251,6 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     (places, weights, plan.size)
 }
 
-/// Compiles an imported graph with the default options (every available backend, no cost
-/// cache): see [`crate::pipeline::compile`].
-pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
-    crate::pipeline::compile(g, symbol, &crate::pipeline::Options::default())
-}
-
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
 /// `assign`: lowering, fusion, memory placement, C code.
 pub fn compile_assigned(g: Graph, symbol: &str, assign: NodeAssign) -> Result<Compiled> {

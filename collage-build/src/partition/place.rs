@@ -5,15 +5,14 @@
 //! The driver prices candidates from the cost cache and generates code that follows the
 //! placement ([`PlacementInfo`] is what it decided, for reports).
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::rule::Candidate;
-use super::search::{search, SearchCandidate, SearchLimits, SearchProblem, StopReason};
-use super::sub_graph::DataflowView;
-use crate::backend::{Backend, BackendId};
-use crate::error::{Error, Result};
+use super::search::StopReason;
+use crate::error::Result;
 use crate::ir::{Graph, Tensor, TensorType};
 use crate::ops::LowerCx;
+use crate::te::BackendId;
 
 /// One chosen sub-graph.
 #[derive(Clone, Debug)]
@@ -129,96 +128,4 @@ pub fn analytic_cost(g: &Graph, work: &[usize], c: &Candidate) -> f64 {
         .map(|&v| g.ty(v).bytes())
         .sum();
     evals as f64 / EVALS_PER_US + bytes as f64 / BYTES_PER_US + LAUNCH_US
-}
-
-/// The search problem of placing `g` (after the pass pipeline) on `backends`: every backend's
-/// candidates priced by `cost(backend index, candidate)` (`None` drops the candidate: the backend
-/// cannot run it after all), the dataflow edges, and `transition_us` between every two backends.
-pub fn problem(
-    g: &Graph,
-    backends: &[Box<dyn Backend>],
-    cost: &mut dyn FnMut(usize, &Candidate) -> Option<f64>,
-    transition_us: &dyn Fn(usize, usize) -> f64,
-) -> SearchProblem {
-    let view = DataflowView::new(g);
-    let mut cands: Vec<(usize, Candidate)> = Vec::new();
-    for (b, be) in backends.iter().enumerate() {
-        for c in be.rule().candidates(&view, g) {
-            cands.push((b, c));
-        }
-    }
-    let mut edges = Vec::new();
-    for n in 0..view.len() {
-        for &p in view.inputs(n) {
-            edges.push((p, n));
-        }
-    }
-    let n_backends = backends.len();
-    SearchProblem {
-        n_nodes: view.len(),
-        candidates: cands
-            .iter()
-            .filter_map(|(b, c)| {
-                Some(SearchCandidate {
-                    nodes: c.sub_graph.inside().iter().collect(),
-                    backend: *b,
-                    cost: cost(*b, c)?.max(0.0),
-                    label: c.rule_name.clone(),
-                })
-            })
-            .collect(),
-        n_backends,
-        transition: (0..n_backends)
-            .map(|a| {
-                (0..n_backends)
-                    .map(|b| if a == b { 0.0 } else { transition_us(a, b) })
-                    .collect()
-            })
-            .collect(),
-        edges,
-    }
-}
-
-/// The parts of a placement given as chosen candidate indices of `problem`.
-pub fn parts_of(
-    problem: &SearchProblem,
-    chosen: &[usize],
-    backends: &[Box<dyn Backend>],
-) -> Vec<Part> {
-    chosen
-        .iter()
-        .map(|&i| Part {
-            backend: backends[problem.candidates[i].backend].id(),
-            nodes: problem.candidates[i].nodes.clone(),
-            rule: problem.candidates[i].label.clone(),
-            cost_us: problem.candidates[i].cost,
-        })
-        .collect()
-}
-
-/// Places `g` (after the pass pipeline) on `backends`: the search over [`problem`]'s candidates.
-pub fn place(
-    g: &Graph,
-    backends: &[Box<dyn Backend>],
-    cost: &mut dyn FnMut(usize, &Candidate) -> Option<f64>,
-    transition_us: &dyn Fn(usize, usize) -> f64,
-    limits: SearchLimits,
-) -> Result<Placement> {
-    let start = Instant::now();
-    let problem = problem(g, backends, cost, transition_us);
-    let model_err = |detail: String| Error::Model {
-        model: g.name.clone(),
-        detail,
-    };
-    let r = search(&problem, limits).map_err(|e| model_err(format!("placement search: {e}")))?;
-    if !r.has_placement() {
-        return Err(model_err(format!("no placement: {}", r.stop)));
-    }
-    Ok(Placement {
-        parts: parts_of(&problem, &r.chosen, backends),
-        cost_us: r.cost,
-        stop: r.stop,
-        candidates: problem.candidates.len(),
-        elapsed: start.elapsed(),
-    })
 }

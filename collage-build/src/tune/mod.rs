@@ -1,4 +1,5 @@
-//! Tuning: measured kernel latencies and the schedule parameters that achieved them.
+//! Tuning: measured kernel latencies and the schedule parameters that achieved them, the harness
+//! that measures them ([`measure`]) and the prices placement reads from them ([`price`]).
 //!
 //! A normal build only reads the [`CostCache`], a TOML file checked in next to the model; `collage
 //! tune` measures kernels and writes it. Every entry is keyed by the [`TargetFingerprint`] of the
@@ -7,6 +8,8 @@
 //! The file format is documented in [`cache`].
 
 pub mod cache;
+pub mod measure;
+pub mod price;
 
 pub use cache::{
     tune_command, CacheError, CostCache, Entry, EntryProblem, Key, TargetFingerprint,

@@ -485,7 +485,7 @@ mod tests {
     use crate::ir::{DType, Graph, TensorType};
     use crate::native::NativeModel;
     use crate::ops::{lookup, Attr, Attrs, OpCx};
-    use crate::pipeline::{compile, Options};
+    use crate::driver::{compile, Options};
     use crate::tensor::{compare, pseudo_random};
 
     /// `y = Conv(x, w)` with both a model input: 16 channels, 3x3, padded.

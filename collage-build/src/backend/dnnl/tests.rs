@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::BackendId;
-use crate::pipeline::{self, Options};
-use crate::tools;
+use crate::driver::{self, Options};
+use crate::driver::run;
 use crate::tune::{CostCache, Entry, TargetFingerprint};
 
 fn models_dir() -> PathBuf {
@@ -40,7 +40,7 @@ fn primitives_with_fused_post_ops_match_onnx_runtime() {
         let mut params = BTreeMap::new();
         params.insert("parts".to_string(), format!("dnnl:{}", all.join(",")));
         let mut cache = CostCache::new();
-        let key = pipeline::placement_key(&g, &target, &["dnnl", "c"], 1);
+        let key = crate::tune::price::placement_key(&g, &target, &["dnnl", "c"], 1);
         cache
             .insert(key, Entry::new(1.0, 1.0, 1, params).unwrap())
             .unwrap();
@@ -50,7 +50,7 @@ fn primitives_with_fused_post_ops_match_onnx_runtime() {
             target: Some(target.clone()),
             ..Options::default()
         };
-        let c = pipeline::compile_passed(g, "m", &opts, &target).unwrap();
+        let c = driver::compile_passed(g, "m", &opts, &target).unwrap();
         // The primitive table: kind, geometry, then bias, sum, relu, constant weights,
         // src_from, res_from, blockable.
         let convs: Vec<Vec<i64>> = c
@@ -87,13 +87,13 @@ fn primitives_with_fused_post_ops_match_onnx_runtime() {
         }
         // The same placement built and run, against ONNX Runtime's output.
         let work = std::env::temp_dir().join(format!("collage-dnnl-{name}-{}", std::process::id()));
-        let mut loaded = tools::load_model(&model, None, &work, "-O2", &opts).unwrap();
+        let mut loaded = run::load_model(&model, None, &work, "-O2", &opts).unwrap();
         let in_ty = loaded.model.inputs[0].ty.clone();
         let out_ty = loaded.model.outputs[0].ty.clone();
-        let x = tools::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
+        let x = run::read_raw_f32(&dir.join(format!("{name}.input.f32")), &in_ty.shape).unwrap();
         let want =
-            tools::read_raw_f32(&dir.join(format!("{name}.ort_out.f32")), &out_ty.shape).unwrap();
-        if let Err(e) = tools::check_threads(&mut loaded.model, &x, &want) {
+            run::read_raw_f32(&dir.join(format!("{name}.ort_out.f32")), &out_ty.shape).unwrap();
+        if let Err(e) = run::check_threads(&mut loaded.model, &x, &want) {
             panic!("{name} on dnnl: {e}");
         }
         let _ = std::fs::remove_dir_all(&work);

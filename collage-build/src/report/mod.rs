@@ -1,23 +1,21 @@
-//! Kernel reports for `collage explain` and `collage tune`: every generated kernel with the nodes it
-//! came from, its schedule, an analytic cost estimate and, when the cost cache has it, its measured
-//! latency. Kernels are keyed in the cache by a canonical signature of their tensor expression, so
-//! the same kernel in another model (same computation, shapes and weight layouts) shares an entry.
+//! Reports for `collage explain`: every generated kernel with the nodes it came from, its
+//! schedule, an analytic cost estimate and, when the cost cache has it, its measured latency
+//! (kernels are keyed in the cache by a canonical signature of their tensor expression,
+//! `tune::price::kernel_key`, so the same kernel in another model shares an entry); the page of
+//! `--html` is [`html`].
 //!
 //! The placement report ([`render_placement`], [`html_page`]) shows every partition with its
 //! backend, cost and the best alternative the search rejected.
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::path::Path;
-use std::time::Duration;
-
-use collage_runtime::Executor;
 
 use crate::codegen::c::{schedule_of, Schedule};
 use crate::codegen::Compiled;
-use crate::error::{Error, Result};
-use crate::measure::{self, kernel_program, MeasureBudget};
-use crate::te::{fnv64, BinOp, BufKind, Expr, Program, Scalar, Stage};
+use crate::tune::measure;
+use crate::tune::price::{estimate_us, kernel_key};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
+
+pub mod html;
 
 /// One generated kernel.
 #[derive(Clone, Debug)]
@@ -43,116 +41,6 @@ pub struct KernelReport {
     pub key: Key,
     /// The cached measurement, if any.
     pub measured: Option<Entry>,
-}
-
-/// The cache key of stage `id` of `p`: the hash of the stage's canonical text
-/// ([`Stage::canonical_text`], operands renumbered via [`kernel_program`]), the operands'
-/// layouts, and its input and output types.
-pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
-    let k = kernel_program(p, id);
-    let mut inputs = Vec::new();
-    let mut layout = String::new();
-    let mut stage_text = String::new();
-    for b in &k.bufs {
-        match &b.kind {
-            BufKind::Stage(st) => stage_text = st.canonical_text(),
-            BufKind::Dead => {}
-            _ => {
-                inputs.push(b.ty.to_string());
-                layout.push(if b.packed { 'p' } else { 'r' });
-            }
-        }
-    }
-    let op = p
-        .stage(id)
-        .map(|s| {
-            s.name
-                .rsplit_once('_')
-                .map_or(s.name.as_str(), |(a, _)| a)
-                .trim_end_matches(|c: char| c.is_ascii_digit() || c == '_')
-                .to_string()
-        })
-        .unwrap_or_default();
-    let signature = format!("{op} {layout} #{:016x}", fnv64(&stage_text));
-    let output = p.bufs[id as usize].ty.to_string();
-    let backend = p.stage(id).map_or("c", |s| s.exec.backend());
-    Key::new(target.clone(), backend, signature, inputs, [output])
-}
-
-/// Rough single-thread throughput per schedule, in body evaluations per microsecond: the analytic
-/// model used when the cache has no measurement. Calibrated on the measured kernels of the six
-/// benchmark models (`collage tune`, every backend; AMD EPYC Zen 4, AVX-512, one thread): the
-/// work-weighted rates were register-blocked 42k (46k on the large products of bert_layer and
-/// the Fire modules, which decide between generated code and a library), row 2.1k, plain 1.6k
-/// and elementwise 1.3k evaluations per microsecond (work-weighted: mostly im2col gathers), and
-/// libraries 43k-46k multiply-adds. Elementwise stages are estimated by [`elementwise_rate`].
-fn rate(s: Schedule) -> f64 {
-    match s {
-        Schedule::RegisterBlocked => 46_000.0,
-        Schedule::Row => 2_000.0,
-        Schedule::Plain => 1_500.0,
-        Schedule::Elementwise => 1_300.0,
-    }
-}
-
-/// Rough single-thread throughput of library GEMMs and oneDNN primitives, in multiply-adds per
-/// microsecond (measured alongside [`rate`]: on a par with register-blocked generated code).
-const LIBRARY_RATE: f64 = 44_000.0;
-
-/// Fixed cost of one library call (argument set-up, packing start-up), microseconds.
-const LIBRARY_CALL_US: f64 = 1.0;
-
-/// Single-thread throughput of an elementwise stage, elements per microsecond, by what its body
-/// does per element (measured on the six benchmark models, Zen 4, one thread): a flat index
-/// decomposed with integer divisions (im2col over flattened pixels) 0.2k-1.1k, a transcendental
-/// (softmax's `exp`) 0.4k, an output past the L2 cache (large im2col buffers) 0.9k-1.7k, and a
-/// cached, division-free body (activations, residual adds, concatenations, small im2col) 1.3k-13k,
-/// mostly 3k-6k.
-fn elementwise_rate(st: &Stage) -> f64 {
-    let (mut divides, mut expensive) = (false, false);
-    st.body.visit(&mut |e| match e {
-        Expr::Bin(BinOp::Div | BinOp::Mod, _, b) if matches!(**b, Expr::Const(Scalar::I64(_))) => {
-            divides = true
-        }
-        Expr::Un(op, _) if op.is_expensive() => expensive = true,
-        _ => {}
-    });
-    if expensive {
-        500.0
-    } else if divides || st.ty.bytes() > 2 << 20 {
-        1_000.0
-    } else {
-        4_000.0
-    }
-}
-
-/// The analytic single-thread estimate of stage `st` of `p`, microseconds.
-pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
-    match st.exec {
-        crate::te::Exec::Generated => {
-            let rate = match schedule_of(p, st, 16) {
-                Schedule::Elementwise => elementwise_rate(st),
-                s => rate(s),
-            };
-            st.work() as f64 / rate + 0.05
-        }
-        crate::te::Exec::Library { .. } => {
-            // The backend's own model of its calls, else a GEMM library's rate.
-            let call = st
-                .exec
-                .backend_id()
-                .lookup()
-                .ok()
-                .and_then(|b| b.call_estimate_us(st))
-                .unwrap_or(st.work() as f64 / LIBRARY_RATE);
-            let epilogue = st
-                .reduce
-                .as_ref()
-                .and_then(|r| r.finalize.as_ref())
-                .map_or(0.0, |_| st.ty.numel() as f64 / 4_000.0);
-            call + LIBRARY_CALL_US + epilogue
-        }
-    }
 }
 
 /// Every kernel of a compiled model, with measurements from `cache` where present.
@@ -273,7 +161,7 @@ pub fn render_placement(c: &Compiled) -> String {
 }
 
 /// The `explain --html` page: the graph coloured by backend and the partition table.
-pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> crate::html::Page {
+pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
     let g = &c.graph;
     let mut part_of = vec![0usize; g.nodes.len()];
     let mut backend_of = vec!["c"; g.nodes.len()];
@@ -289,7 +177,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> crate::html::Page {
                 None => "-".into(),
             };
             let measured = info.measured.get(i).copied().unwrap_or(false);
-            parts.push(crate::html::PartRow {
+            parts.push(html::PartRow {
                 index: i,
                 backend: part.backend.to_string(),
                 nodes: node_list(g, &part.nodes, 6),
@@ -320,7 +208,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> crate::html::Page {
         .nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| crate::html::Node {
+        .map(|(i, n)| html::Node {
             name: n.name.clone(),
             op: n.op.op_type().to_string(),
             shape: n
@@ -361,7 +249,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> crate::html::Page {
             ks.len()
         ),
     ));
-    crate::html::Page {
+    html::Page {
         title: format!("collage explain: {}", c.name),
         summary,
         nodes,
@@ -435,61 +323,5 @@ fn truncate(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n - 1).collect();
         t.push('~');
         t
-    }
-}
-
-/// Measures every kernel of `c` missing from `cache` (one shared library for all of them), adds
-/// the results, and calls `progress(done, total)` after each. Returns how many were measured.
-pub fn tune(
-    c: &Compiled,
-    target: &TargetFingerprint,
-    cache: &mut CostCache,
-    work: &Path,
-    budget: MeasureBudget,
-    save: &mut dyn FnMut(&CostCache) -> Result<()>,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<usize> {
-    let p = &c.program;
-    let todo: Vec<(u32, Key)> = measure::stages(p)
-        .into_iter()
-        .map(|id| (id, kernel_key(p, id, target)))
-        .filter(|(_, k)| cache.get(k).is_none())
-        .collect();
-    let total = todo.len();
-    progress(0, total);
-    if todo.is_empty() {
-        return Ok(0);
-    }
-    let ids: Vec<u32> = todo.iter().map(|(id, _)| *id).collect();
-    let mut harnesses = measure::build_kernels(p, &ids, work, "-O3")?;
-    let exec = Executor::Serial;
-    for (i, ((id, key), h)) in todo.into_iter().zip(harnesses.iter_mut()).enumerate() {
-        let m = h.time(&exec, &budget);
-        let mut params = BTreeMap::new();
-        params.insert(
-            "schedule".to_string(),
-            format!("{:?}", schedule_of(p, p.stage(id).unwrap(), 16)),
-        );
-        let entry =
-            Entry::new(m.median_us, m.p90_us, m.samples, params).map_err(|e| Error::Model {
-                model: c.name.clone(),
-                detail: format!("kernel k{id}: {e}"),
-            })?;
-        cache.insert(key, entry).map_err(|e| Error::Model {
-            model: c.name.clone(),
-            detail: format!("kernel k{id}: {e}"),
-        })?;
-        save(cache)?;
-        progress(i + 1, total);
-    }
-    Ok(total)
-}
-
-/// The default measurement budget of `collage tune`.
-pub fn default_budget() -> MeasureBudget {
-    MeasureBudget {
-        warmup: 5,
-        min_runs: 20,
-        min_time: Duration::from_millis(50),
     }
 }

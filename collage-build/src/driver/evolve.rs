@@ -17,17 +17,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::place::{self, encode_parts, place_graph};
+use super::{assignment_of, Options};
 use crate::backend::{self, Backend};
 use crate::codegen::{self, Compiled};
 use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Tensor, TensorType};
-use crate::measure::{self, MeasureBudget, Measurement};
 use crate::ops::{lookup, Attrs, OpCx};
-use crate::partition::place::{self, Part};
+use crate::partition::place::Part;
 use crate::partition::search::{evolve, largest_on, search, EvolveParams, SearchLimits};
-use crate::pipeline::{
-    assignment_of, encode_parts, place_graph, placement_key, transition_key, Options, Pricer,
-};
+use crate::tune::measure::{self, MeasureBudget, Measurement};
+use crate::tune::price::{placement_key, transition, transition_key, Pricer};
 use crate::tune::{CostCache, Entry, TargetFingerprint};
 
 /// Distinct programs re-timed in the final rounds of [`evolve_model`].
@@ -205,9 +205,7 @@ pub fn evolve_model(
 
     // The search's placement, over the same problem the evolution mutates.
     let mut pricer = Pricer::new(g, Some(&snapshot), target)?;
-    let transition = |a: usize, b: usize| {
-        crate::pipeline::transition(Some(&snapshot), target, names[a], names[b])
-    };
+    let transition = |a: usize, b: usize| transition(Some(&snapshot), target, names[a], names[b]);
     let problem = place::problem(
         g,
         &backends,

@@ -11,6 +11,7 @@
 //! Timed runs call the generated entry point directly with buffers prepared beforehand: nothing is
 //! allocated inside the timed loop. Kernels are timed with warm caches (their operands stay resident
 //! between runs), the usual convention of auto-tuners.
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,9 +19,13 @@ use std::time::{Duration, Instant};
 
 use collage_runtime::{Aligned, Arena, Executor, RawRt};
 
-use crate::codegen::{self, c::Place, Compiled};
+use super::price::kernel_key;
+use super::{CostCache, Entry, Key, TargetFingerprint};
+use crate::codegen::c::schedule_of;
+use crate::codegen::{self, Compiled};
 use crate::error::{io_err, Error, Result};
 use crate::ir::{Tensor, TensorType};
+use crate::schedule::Place;
 use crate::te::{BufId, BufKind, Buffer, Program, Src, Stage};
 use crate::tensor::pseudo_random;
 use crate::toolchain::build_shared;
@@ -657,6 +662,62 @@ pub fn end_to_end(
     Ok(h.time(&exec, &budget))
 }
 
+/// Measures every kernel of `c` missing from `cache` (one shared library for all of them), adds
+/// the results, and calls `progress(done, total)` after each. Returns how many were measured.
+pub fn tune_kernels(
+    c: &Compiled,
+    target: &TargetFingerprint,
+    cache: &mut CostCache,
+    work: &Path,
+    budget: MeasureBudget,
+    save: &mut dyn FnMut(&CostCache) -> Result<()>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<usize> {
+    let p = &c.program;
+    let todo: Vec<(u32, Key)> = stages(p)
+        .into_iter()
+        .map(|id| (id, kernel_key(p, id, target)))
+        .filter(|(_, k)| cache.get(k).is_none())
+        .collect();
+    let total = todo.len();
+    progress(0, total);
+    if todo.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<u32> = todo.iter().map(|(id, _)| *id).collect();
+    let mut harnesses = build_kernels(p, &ids, work, "-O3")?;
+    let exec = Executor::Serial;
+    for (i, ((id, key), h)) in todo.into_iter().zip(harnesses.iter_mut()).enumerate() {
+        let m = h.time(&exec, &budget);
+        let mut params = BTreeMap::new();
+        params.insert(
+            "schedule".to_string(),
+            format!("{:?}", schedule_of(p, p.stage(id).unwrap(), 16)),
+        );
+        let entry =
+            Entry::new(m.median_us, m.p90_us, m.samples, params).map_err(|e| Error::Model {
+                model: c.name.clone(),
+                detail: format!("kernel k{id}: {e}"),
+            })?;
+        cache.insert(key, entry).map_err(|e| Error::Model {
+            model: c.name.clone(),
+            detail: format!("kernel k{id}: {e}"),
+        })?;
+        save(cache)?;
+        progress(i + 1, total);
+    }
+    Ok(total)
+}
+
+/// The default measurement budget of `collage tune`.
+pub fn default_budget() -> MeasureBudget {
+    MeasureBudget {
+        warmup: 5,
+        min_runs: 20,
+        min_time: Duration::from_millis(50),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -732,11 +793,11 @@ mod tests {
         let r = node(&mut g, "Relu", Attrs::default(), vec![y]);
         g.outputs.push(r);
         // Generated code: im2col and the contraction are two kernels.
-        let opts = crate::pipeline::Options {
+        let opts = crate::driver::Options {
             backends: "c".into(),
             ..Default::default()
         };
-        crate::pipeline::compile(g, "conv", &opts).unwrap()
+        crate::driver::compile(g, "conv", &opts).unwrap()
     }
 
     /// Every buffer's value by the interpreter, with the model inputs pseudo-random.

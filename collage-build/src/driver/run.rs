@@ -1,5 +1,5 @@
 //! The work behind the CLI: running models on `.pb` data, the conformance runner, the benchmark.
-use crate::pipeline::Options;
+use crate::driver::Options;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -98,7 +98,7 @@ pub fn load_model(
                 .as_deref()
                 .unwrap_or("model"),
         );
-        match crate::pipeline::compile(g, &symbol, opts) {
+        match crate::driver::compile(g, &symbol, opts) {
             Ok(c) => {
                 let runtime_inputs = (0..names.len())
                     .filter(|i| !bound.contains(&names[*i]))

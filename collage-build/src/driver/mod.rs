@@ -1,0 +1,115 @@
+//! The driver: the whole-model operations, on top of every other room. `compile` runs the
+//! passes, places the graph on the offered backends ([`place`]: prices every backend's candidates
+//! from the cost cache, else the analytic model, and searches, or takes the fixed-priority
+//! `--greedy` baseline), and generates code that follows the placement; [`tune`] measures what
+//! `collage tune` measures; [`evolve`] refines placements by end-to-end measurement; [`run`]
+//! runs compiled models on data (the CLI's `run`, `conformance` and `bench`).
+//!
+//! Code follows a placement like this: every node of a library part (`gemm`, `blas`) forms its own
+//! fusion region, its contraction becomes a library call and its elementwise nodes an in-place
+//! epilogue; the nodes placed on `c` share one region, inside which the generator's own fusion
+//! decides the kernels (so adjacent `c` parts may fuse with each other, never with a library part).
+use std::sync::Arc;
+
+use crate::backend::BackendId;
+use crate::codegen::{self, Compiled};
+use crate::error::Result;
+use crate::ir::Graph;
+use crate::partition::place::{Part, PlacementInfo};
+use crate::tune::{CostCache, TargetFingerprint};
+
+pub mod evolve;
+pub mod place;
+pub mod run;
+pub mod tune;
+
+pub use evolve::{end_to_end_budget, evolve_model, tune_transitions, Evolution};
+pub use place::{encode_parts, place_graph};
+pub use tune::{candidate_kernels, tune_candidates, tune_model};
+
+/// How to compile.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Comma-separated backend names in priority order (`c,gemm`); empty: every available one.
+    pub backends: String,
+    /// Replace the search by the fixed-priority rule: every node goes to the first backend in
+    /// the list that supports it.
+    pub greedy: bool,
+    /// Measured kernel costs.
+    pub cache: Option<Arc<CostCache>>,
+    /// The target the cache is read for (default: this machine with the current C compiler).
+    pub target: Option<TargetFingerprint>,
+    /// The thread count the model will mostly run on (0: one): placements recorded by
+    /// `collage tune --evolve` are per thread count.
+    pub threads: usize,
+    /// The ceiling of [`crate::ir::Limits`] in bytes (0: the default, 64 GiB); never more than
+    /// the target's address space.
+    pub max_tensor_bytes: u64,
+    /// Draw every generated reduction stage's schedule at random from this seed instead of the
+    /// target's default (tests of the schedule space; the output must not change).
+    pub schedule_seed: Option<u64>,
+}
+
+impl Options {
+    /// The size limits a graph compiled with these options is checked against.
+    pub fn limits(&self) -> crate::ir::Limits {
+        let ceiling = match self.max_tensor_bytes {
+            0 => crate::ir::Limits::DEFAULT_CEILING,
+            n => n,
+        };
+        crate::ir::Limits::for_build_target(ceiling)
+    }
+}
+
+/// The fusion region and library of every node under `info`: the parts get regions 1, 2, ...
+/// (library `None` for generated code).
+pub fn assignment(g: &Graph, info: &PlacementInfo) -> Vec<(u32, Option<BackendId>)> {
+    assignment_of(g, &info.placement.parts)
+}
+
+/// [`assignment`] for a list of parts.
+pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<BackendId>)> {
+    let mut a = vec![(0u32, None); g.nodes.len()];
+    // Every part is its own fusion region, generated code included: fusion then builds exactly
+    // the kernels the placement priced (inlining a producer of another part into a contraction
+    // can cost it its register-blocked schedule, which the search never saw).
+    for (next, part) in (1u32..).zip(parts) {
+        let lib = part.backend.lookup().is_ok_and(|b| b.library());
+        for &n in &part.nodes {
+            a[n] = (next, lib.then_some(part.backend));
+        }
+    }
+    a
+}
+
+/// Compiles an imported graph with the default options (every available backend, no cost
+/// cache): see [`compile`].
+pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
+    compile(g, symbol, &Options::default())
+}
+
+/// Compiles an imported graph on the backends of `opts`: passes, placement, lowering that
+/// follows it, fusion, arena, C and glue.
+pub fn compile(mut g: Graph, symbol: &str, opts: &Options) -> Result<Compiled> {
+    g.limits = opts.limits();
+    crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+    let target = opts
+        .target
+        .clone()
+        .unwrap_or_else(|| TargetFingerprint::current(&crate::toolchain::c_compiler_version()));
+    compile_passed(g, symbol, opts, &target)
+}
+
+/// [`compile`] for a graph already through the pass pipeline.
+pub fn compile_passed(
+    g: Graph,
+    symbol: &str,
+    opts: &Options,
+    target: &TargetFingerprint,
+) -> Result<Compiled> {
+    let info = place_graph(&g, opts, target)?;
+    let assign = assignment(&g, &info);
+    let mut c = codegen::compile_scheduled(g, symbol, &|n| assign[n], opts.schedule_seed)?;
+    c.placement = Some(info);
+    Ok(c)
+}
