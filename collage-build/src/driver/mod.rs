@@ -21,6 +21,8 @@ use crate::tune::{CostCache, TargetFingerprint};
 pub mod evolve;
 pub mod place;
 pub mod run;
+#[cfg(test)]
+mod tests;
 pub mod tune;
 
 pub use evolve::{end_to_end_budget, evolve_model, tune_transitions, Evolution};

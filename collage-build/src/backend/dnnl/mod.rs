@@ -15,8 +15,6 @@
 use std::sync::OnceLock;
 
 pub mod codegen;
-#[cfg(test)]
-mod tests;
 
 use super::gemm::{gemm_rule, CONTRACTIONS};
 use super::Backend;

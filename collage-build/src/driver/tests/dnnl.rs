@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::BackendId;
-use crate::driver::{self, Options};
 use crate::driver::run;
+use crate::driver::{self, Options};
 use crate::tune::{CostCache, Entry, TargetFingerprint};
 
 fn models_dir() -> PathBuf {
@@ -98,4 +98,79 @@ fn primitives_with_fused_post_ops_match_onnx_runtime() {
         }
         let _ = std::fs::remove_dir_all(&work);
     }
+}
+
+use crate::ir::{DType, Graph, TensorType};
+use crate::native::NativeModel;
+use crate::ops::{lookup, Attr, Attrs, OpCx};
+use crate::tensor::{compare, pseudo_random};
+
+/// `y = Conv(x, w)` with both a model input: 16 channels, 3x3, padded.
+fn conv_of_inputs() -> Graph {
+    let mut g = Graph::new("conv_w");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 16, 12, 12])));
+    let w = g.add_value("w", Some(TensorType::new(DType::F32, [16, 16, 3, 3])));
+    g.inputs.extend([x, w]);
+    let mut a = std::collections::BTreeMap::new();
+    a.insert("pads".to_string(), Attr::Ints(vec![1, 1, 1, 1]));
+    let attrs = Attrs(a);
+    let op = lookup("Conv").unwrap()(&OpCx {
+        attrs: &attrs,
+        opset: 17,
+        n_inputs: 2,
+        n_outputs: 1,
+    })
+    .unwrap();
+    let y = g.add_value("y", None);
+    g.add_node("conv", op, vec![Some(x), Some(w)], vec![y]);
+    g.outputs.push(y);
+    g
+}
+
+/// Weights that are a model input change between runs: on `dnnl`, where constant weights
+/// are converted to the primitive's layout once, these are converted on every run. The
+/// primitives (and their reorders) also run on a thread other than the one that made them.
+#[test]
+fn weights_that_are_inputs_are_converted_on_every_run() {
+    if !crate::backend::dnnl::available() {
+        return;
+    }
+    let work = std::env::temp_dir().join(format!("collage-dnnl-w-{}", std::process::id()));
+    let build = |backends: &str| {
+        let opts = Options {
+            backends: backends.into(),
+            greedy: true,
+            ..Options::default()
+        };
+        let c = driver::compile(conv_of_inputs(), "conv_w", &opts).unwrap();
+        if backends == "dnnl,c" {
+            assert!(c.c_source.contains("{CL_DNNL_CONV, "), "not on a primitive");
+        }
+        NativeModel::build(&c, &work.join(backends.replace(',', "_")), "-O2").unwrap()
+    };
+    let (mut on_dnnl, mut generated) = (build("dnnl,c"), build("c"));
+    let x = pseudo_random(&on_dnnl.inputs[0].ty);
+    let w1 = pseudo_random(&on_dnnl.inputs[1].ty);
+    let flipped: Vec<f32> = w1.to_f32().iter().map(|v| 0.5 - 2.0 * v).collect();
+    let w2 = crate::ir::Tensor::from_f32(&on_dnnl.inputs[1].ty.shape, &flipped);
+    let exec = collage_runtime::Executor::Serial;
+    for w in [&w1, &w2, &w1] {
+        let inputs = [x.clone(), w.clone()];
+        let got = on_dnnl.run(&inputs, &exec).unwrap();
+        let want = generated.run(&inputs, &exec).unwrap();
+        let (ok, err) = compare(&got[0], &want[0]);
+        assert!(ok, "max |dnnl - c| = {err}");
+    }
+    // The instance (created by the first run above, on this thread) runs on another thread.
+    let inputs = [x.clone(), w2.clone()];
+    let want = generated.run(&inputs, &exec).unwrap();
+    let got = std::thread::scope(|s| {
+        s.spawn(|| on_dnnl.run(&inputs, &collage_runtime::Executor::Serial))
+            .join()
+            .unwrap()
+    })
+    .unwrap();
+    let (ok, err) = compare(&got[0], &want[0]);
+    assert!(ok, "on another thread: max |dnnl - c| = {err}");
+    let _ = std::fs::remove_dir_all(&work);
 }
