@@ -2,7 +2,9 @@
 //!
 //! Use it from `build.rs` through [`Build`]; the `collage` binary wraps the same library.
 //! The pipeline: frontend ([`frontend`]) → IR passes ([`passes`]) → lowering to tensor expressions
-//! ([`te`]) → fusion → arena planning ([`schedule`]) → C kernels and Rust glue ([`codegen`]).
+//! ([`te`]) → fusion → arena planning ([`schedule`]) → C kernels and Rust glue ([`codegen`]);
+//! [`driver`] runs it for a whole model (placement on the backends, tuning, running). The modules
+//! are layers, each using only those below it (`docs/ARCHITECTURE.md`, `tests/layers.rs`).
 #![warn(missing_docs)]
 
 pub mod backend;

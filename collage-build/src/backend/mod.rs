@@ -53,7 +53,7 @@ pub trait Backend: std::fmt::Debug + Send + Sync {
     }
     /// The analytic single-thread cost of a library call computing `st`, microseconds, besides
     /// the call's fixed cost and the in-place epilogue; `None`: a GEMM library's rate
-    /// (`explain::estimate_us`).
+    /// (`tune::price::estimate_us`).
     fn call_estimate_us(&self, _st: &Stage) -> Option<f64> {
         None
     }

@@ -13,8 +13,7 @@ use crate::partition::rule::Candidate;
 use crate::partition::search::{search, SearchCandidate, SearchLimits, SearchProblem, StopReason};
 use crate::partition::sub_graph::DataflowView;
 use crate::tune::price::{placement_key, transition, Pricer};
-use crate::tune::CostCache;
-use crate::tune::TargetFingerprint;
+use crate::tune::{CostCache, TargetFingerprint};
 
 /// A placement as a cache parameter: `backend:node,node;backend:node...`.
 pub fn encode_parts(parts: &[Part]) -> String {

@@ -1,9 +1,8 @@
-//! Placement over real graphs: every backend's rule proposes candidates, each candidate gets a cost,
-//! and the search picks the cheapest exact cover. Costs come from the caller (a cost cache lookup,
-//! or the analytic model [`analytic_cost`]).
-//!
-//! The driver prices candidates from the cost cache and generates code that follows the
-//! placement ([`PlacementInfo`] is what it decided, for reports).
+//! Placements over real graphs: the parts a placement chooses ([`Part`], [`Placement`]), what it
+//! decided for reports ([`PlacementInfo`]), and the simple analytic cost of a candidate
+//! ([`analytic_cost`] over [`node_work`]). The driver (`driver::place`) collects every backend's
+//! candidates, prices them from the cost cache and searches for the cheapest exact cover; code
+//! then follows the placement.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ pub struct Part {
     pub cost_us: f64,
 }
 
-/// The result of [`place`].
+/// The result of the placement search (`driver::place::place`).
 #[derive(Clone, Debug)]
 pub struct Placement {
     /// The chosen sub-graphs, by first node.

@@ -7,8 +7,7 @@ use std::collections::HashMap;
 
 use super::measure::{self, kernel_program};
 use super::{CostCache, Key, TargetFingerprint};
-use crate::backend::Backend;
-use crate::backend::BackendId;
+use crate::backend::{Backend, BackendId};
 use crate::codegen;
 use crate::codegen::c::{schedule_of, Schedule};
 use crate::error::Result;
