@@ -896,21 +896,40 @@ fn emit_stage(
             .unwrap();
             let mut ri = indent.clone();
             let last_r = r.extents.len().saturating_sub(1);
-            let simd = r.op == RedOp::Sum
+            let simd = matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
                 && st.ty.dtype.is_float()
                 && !r.extents.is_empty()
                 && contiguous_along_r(p, &st.body, last_r as u32);
+            // A vectorised max / min keeps one accumulator per lane, which OpenMP's combiner
+            // may not carry a NaN through: a flag of its own does, and sets the result after.
+            let nan_flag = simd && r.op != RedOp::Sum;
+            if nan_flag {
+                writeln!(out, "{indent}int anynan = 0;").unwrap();
+            }
             for (k, &e) in r.extents.iter().enumerate() {
                 if simd && k == last_r {
-                    writeln!(out, "{ri}#pragma omp simd reduction(+:acc)").unwrap();
+                    let clause = match r.op {
+                        RedOp::Sum => "reduction(+:acc)",
+                        RedOp::Max => "reduction(max:acc) reduction(|:anynan)",
+                        _ => "reduction(min:acc) reduction(|:anynan)",
+                    };
+                    writeln!(out, "{ri}#pragma omp simd {clause}").unwrap();
                 }
                 writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
                 ri.push_str("    ");
             }
             let v = em.expr(&st.body);
-            let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
-            writeln!(out, "{ri}{upd}").unwrap();
+            if nan_flag {
+                let upd = accumulate(r.op, st.ty.dtype, "acc", "x");
+                writeln!(out, "{ri}const {cty} x = {v}; {upd} anynan |= x != x;").unwrap();
+            } else {
+                let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
+                writeln!(out, "{ri}{upd}").unwrap();
+            }
             close_reduction(out, &mut ri, r.extents.len());
+            if nan_flag {
+                writeln!(out, "{indent}if (anynan) acc = NAN;").unwrap();
+            }
             let fin = finalize_c(&em, r);
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
