@@ -136,5 +136,7 @@ model_filetests!(
     resnet18,
     bert_layer,
     squeezenet,
-    mobilenetv3
+    mobilenetv3,
+    mobilenetv2,
+    vit
 );

@@ -85,3 +85,15 @@ fn squeezenet_matches_onnx_runtime() {
 fn mobilenetv3_matches_onnx_runtime() {
     check("mobilenetv3");
 }
+
+// MobileNetV2 (inverted residuals, depthwise 3x3, ReLU6 as Clip) and a ViT-style encoder of our
+// own (16x16 patch convolution, class token, 6 pre-LN attention blocks, GELU MLPs).
+#[test]
+fn mobilenetv2_matches_onnx_runtime() {
+    check("mobilenetv2");
+}
+
+#[test]
+fn vit_matches_onnx_runtime() {
+    check("vit");
+}

@@ -29,7 +29,7 @@ import re
 import subprocess
 import sys
 
-models = sys.argv[1:] or ["mlp", "mnist_cnn", "resnet18", "bert_layer", "squeezenet", "mobilenetv3"]
+models = sys.argv[1:] or ["mlp", "mnist_cnn", "resnet18", "bert_layer", "squeezenet", "mobilenetv3", "mobilenetv2", "vit"]
 bench_dir = "target/bench"
 shared = os.environ.get("SHARED", "../shared")
 seconds = os.environ.get("SECONDS_PER_RUN", "1")

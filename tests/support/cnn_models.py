@@ -5,7 +5,8 @@ weights (He-initialised, fixed seeds), beside the benchmark models of ../shared/
 
     models.py DIR && cnn_models.py DIR
 
-writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3 (the same
+writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3, mobilenetv2 and
+vit (a ViT-style encoder of our own: 16x16 patches, class token, pre-LN blocks) (the same
 layout as the shared benchmark models, so ort_reference.py, ort_bench.py, tests/models.rs and
 bench_compare.py read them the same way).
 """
@@ -106,8 +107,63 @@ def build_mobilenetv3():
     return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
 
 
+def build_mobilenetv2():
+    """torchvision mobilenet_v2 (width 1.0): inverted residuals, ReLU6 as Clip(0, 6)."""
+    b = Builder("mobilenetv2", seed=23)
+    lo, hi = b.scalar(0.0, "relu6_lo"), b.scalar(6.0, "relu6_hi")
+
+    def cbr6(x, cin, cout, k, stride=1, group=1, act=True):
+        y = b.conv(x, cin, cout, k, stride=stride, pad=(k - 1) // 2, group=group, bias=True)
+        return b.op("Clip", [y, lo, hi]) if act else y
+
+    # (expansion, out channels, repeats, first stride)
+    cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+           (6, 160, 3, 2), (6, 320, 1, 1)]
+    x, cin = cbr6("input", 3, 32, 3, stride=2), 32
+    for t, c, n, s in cfg:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            exp = cin * t
+            y = cbr6(x, cin, exp, 1) if t != 1 else x
+            y = cbr6(y, exp, exp, 3, stride=stride, group=exp)
+            y = cbr6(y, exp, c, 1, act=False)
+            x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = cbr6(x, 320, 1280, 1)
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.gemm(x, 1280, 1000)
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
+
+
+def build_vit():
+    """A ViT-style classifier of our own (ViT-Tiny's widths, 6 blocks): 16x16 patches of a 224x224
+    image by a strided convolution, a class token, learned position embeddings, pre-LN encoder
+    blocks (multi-head attention with 3 heads, GELU MLP of 768), the class token's head."""
+    b = Builder("vit", seed=24)
+    d, heads, mlp, depth, patches = 192, 3, 768, 6, 14 * 14
+    seq = patches + 1
+    x = b.conv("input", 3, d, 16, stride=16, bias=True)                    # [1, d, 14, 14]
+    x = b.op("Reshape", [x, b.i64([1, d, patches])])
+    x = b.op("Transpose", [x], perm=[0, 2, 1])                              # [1, 196, d]
+    cls = b.init(b.randn((1, 1, d), 0.02), "cls")
+    x = b.op("Concat", [cls, x], axis=1)                                   # [1, 197, d]
+    x = b.op("Add", [x, b.init(b.randn((1, seq, d), 0.02), "pos")])
+    for _ in range(depth):
+        a = b.mha(b.layernorm(x, d, 1e-6), seq, d, heads)
+        x = b.op("Add", [x, a])
+        h = b.gelu_erf(b.linear(b.layernorm(x, d, 1e-6), d, mlp))
+        x = b.op("Add", [x, b.linear(h, mlp, d)])
+    x = b.layernorm(x, d, 1e-6)
+    x = b.op("Gather", [x, b.i64(0, "cls_index")], axis=1)                  # [1, d]
+    b.gemm(x, d, 1000)
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
+
+
 os.makedirs(OUT, exist_ok=True)
-for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobilenetv3)]:
+for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobilenetv3),
+                    ("mobilenetv2", build_mobilenetv2), ("vit", build_vit)]:
     model = build()
     model.opset_import[0].version = OPSET
     model.ir_version = 9

@@ -91,6 +91,24 @@ static inline float cl_erff(float x) {
     return a < 0.5f ? CL_ERF_SMALL(x, x * x) : copysignf(1.0f - 1.0f / t, x);
 }
 
+/* exp for f32 without a library call, so loops and epilogues that use it vectorise (f64 keeps
+   libm's exp): x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23, ln2 split in
+   two so n ln2 is exact), exp(r) by its Taylor polynomial of degree 6 (relative error < 2e-7),
+   2^n as two exponent-field scalings so that n above 127 overflows to inf and n below -126 falls
+   gradually to 0. Inputs are clamped to [-104, 89] first (beyond, the result is 0 or inf); NaN
+   stays NaN (it fails both comparisons). */
+#define CL_EXP_POLY(r) (1.0f + (r) * (1.0f + (r) * (0.5f + (r) * (0.16666667f + (r) * (0.041666668f + (r) * (0.008333334f + (r) * 0.0013888889f))))))
+static inline float cl_expf(float x) {
+    float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
+    float r = c - n * 0.693145752f - n * 1.42860677e-6f;
+    union { float f; uint32_t u; } b = { t }, s1, s2;
+    int32_t k = (int32_t)(b.u - 0x4B400000u), k1 = k >> 1;
+    s1.u = (uint32_t)(k1 + 127) << 23;
+    s2.u = (uint32_t)(k - k1 + 127) << 23;
+    return CL_EXP_POLY(r) * s1.f * s2.f;
+}
+
 /* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
 typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
@@ -108,6 +126,13 @@ typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
     t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; \
     cl_f32x##W big_ = (cl_f32x##W)((cl_i32x##W)(1.0f - 1.0f / t_) | sign_), small_ = CL_ERF_SMALL(x_, x_ * x_); \
     cl_vsel(W, a_ < 0.5f, small_, big_); })
+#define cl_vexp(W, x) ({ cl_f32x##W x_ = (x); \
+    x_ = cl_vsel(W, x_ < -104.0f, (cl_f32x##W){0} - 104.0f, x_); \
+    x_ = cl_vsel(W, x_ > 89.0f, (cl_f32x##W){0} + 89.0f, x_); \
+    cl_f32x##W t_ = x_ * 1.44269504f + 12582912.0f, n_ = t_ - 12582912.0f; \
+    cl_f32x##W r_ = x_ - n_ * 0.693145752f - n_ * 1.42860677e-6f; \
+    cl_i32x##W k_ = (cl_i32x##W)t_ - 0x4B400000, k1_ = k_ >> 1; \
+    CL_EXP_POLY(r_) * (cl_f32x##W)((k1_ + 127) << 23) * (cl_f32x##W)((k_ - k1_ + 127) << 23); })
 #define cl_vmin(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ <= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
 "#;
 
@@ -220,6 +245,7 @@ impl Emitter<'_> {
             UnOp::Floor | UnOp::Ceil | UnOp::Round if !d.is_float() => x,
             UnOp::Round => f("nearbyint"),
             UnOp::Erf if d == DType::F32 => format!("cl_erff({x})"),
+            UnOp::Exp if d == DType::F32 => format!("cl_expf({x})"),
             // The rest are C's libm functions of the same name as the text form's.
             other => f(other.name()),
         }
@@ -353,11 +379,16 @@ pub fn schedule_text(p: &Program, st: &Stage, lanes: usize) -> String {
     }
     match plans(p, st, lanes) {
         (Some(g), _) => format!(
-            "register-blocked vector i{} lanes {}x{} jam {} outer [{}] trips {}",
+            "register-blocked vector i{} lanes {}x{} jam {}{} outer [{}] trips {}",
             g.v,
             g.vecs,
             g.lanes,
             jam(g.jam),
+            if g.jam_rem > 0 {
+                format!(" last {}", g.jam_rem)
+            } else {
+                String::new()
+            },
             dims(&g.outer),
             g.n_outer
         ),
@@ -853,21 +884,40 @@ fn emit_stage(
             .unwrap();
             let mut ri = indent.clone();
             let last_r = r.extents.len().saturating_sub(1);
-            let simd = r.op == RedOp::Sum
+            let simd = matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
                 && st.ty.dtype.is_float()
                 && !r.extents.is_empty()
                 && contiguous_along_r(p, &st.body, last_r as u32);
+            // A vectorised max / min keeps one accumulator per lane, which OpenMP's combiner
+            // may not carry a NaN through: a flag of its own does, and sets the result after.
+            let nan_flag = simd && r.op != RedOp::Sum;
+            if nan_flag {
+                writeln!(out, "{indent}int anynan = 0;").unwrap();
+            }
             for (k, &e) in r.extents.iter().enumerate() {
                 if simd && k == last_r {
-                    writeln!(out, "{ri}#pragma omp simd reduction(+:acc)").unwrap();
+                    let clause = match r.op {
+                        RedOp::Sum => "reduction(+:acc)",
+                        RedOp::Max => "reduction(max:acc) reduction(|:anynan)",
+                        _ => "reduction(min:acc) reduction(|:anynan)",
+                    };
+                    writeln!(out, "{ri}#pragma omp simd {clause}").unwrap();
                 }
                 writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
                 ri.push_str("    ");
             }
             let v = em.expr(&st.body);
-            let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
-            writeln!(out, "{ri}{upd}").unwrap();
+            if nan_flag {
+                let upd = accumulate(r.op, st.ty.dtype, "acc", "x");
+                writeln!(out, "{ri}const {cty} x = {v}; {upd} anynan |= x != x;").unwrap();
+            } else {
+                let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
+                writeln!(out, "{ri}{upd}").unwrap();
+            }
             close_reduction(out, &mut ri, r.extents.len());
+            if nan_flag {
+                writeln!(out, "{indent}if (anynan) acc = NAN;").unwrap();
+            }
             let fin = finalize_c(&em, r);
             writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
         }
@@ -1292,6 +1342,9 @@ struct GemmPlan {
     v: usize,
     /// Jammed dimension and rows per tile.
     jam: Option<(usize, usize)>,
+    /// Rows of the jammed dimension's last block when the rows per tile do not divide it (0
+    /// when they do): that block runs the same code for fewer rows.
+    jam_rem: usize,
     lanes: usize,
     vecs: usize,
     outer: Vec<usize>,
@@ -1310,7 +1363,9 @@ impl GemmPlan {
         st.body.visit(&mut |e| {
             body_ok &= !matches!(
                 e,
-                Expr::Acc | Expr::Bin(BinOp::Max | BinOp::Min, ..) | Expr::Un(UnOp::Erf, _)
+                Expr::Acc
+                    | Expr::Bin(BinOp::Max | BinOp::Min, ..)
+                    | Expr::Un(UnOp::Erf | UnOp::Exp, _)
             )
         });
         if shape[v] < lanes || !body_ok || !vectorizable(p, &st.body, v as u32) {
@@ -1327,18 +1382,26 @@ impl GemmPlan {
         // The stage's schedule, legalised: no wider than the row, rows that divide a dimension.
         let sched = crate::schedule::Schedule::of(st, lanes);
         let vecs = (sched.vecs as usize).min(shape[v] / lanes).max(1);
+        // The rows: the largest count up to the schedule's that divides the dimension, unless
+        // that is under half the schedule's (a prime count of rows, such as a transformer's
+        // 197 tokens), where blocks of the schedule's rows run with a shorter last block.
+        let rows = sched.rows as usize;
         let mut jam = None;
+        let mut jam_rem = 0;
         for k in (0..v).rev() {
             if shape[k] < 2 || row_loads.iter().any(|l| uses_var(l, k as u32)) {
                 continue;
             }
-            if let Some(j) = (2..=sched.rows as usize)
-                .rev()
-                .find(|j| shape[k].is_multiple_of(*j))
-            {
-                jam = Some((k, j));
-                break;
+            match (2..=rows).rev().find(|j| shape[k].is_multiple_of(*j)) {
+                Some(j) if 2 * j >= rows => jam = Some((k, j)),
+                _ if shape[k] >= rows && rows >= 2 => {
+                    jam = Some((k, rows));
+                    jam_rem = shape[k] % rows;
+                }
+                Some(j) => jam = Some((k, j)),
+                None => continue,
             }
+            break;
         }
         // Column tiles outermost among the jammed rows: one tile of the row-walking operand stays
         // in cache while every block of rows uses it.
@@ -1354,7 +1417,7 @@ impl GemmPlan {
             .iter()
             .map(|&k| {
                 if jam.is_some_and(|(jk, _)| jk == k) {
-                    shape[k] / jn
+                    shape[k].div_ceil(jn)
                 } else {
                     shape[k]
                 }
@@ -1364,6 +1427,7 @@ impl GemmPlan {
         Some(GemmPlan {
             v,
             jam,
+            jam_rem,
             lanes,
             vecs,
             outer,
@@ -1382,7 +1446,11 @@ impl GemmPlan {
         // Unravel: the jammed block index varies fastest, then the outer dims, the tile slowest.
         let mut rem = "o".to_string();
         for &k in self.outer.iter().rev() {
-            let ext = if k == jk { shape[k] / jn } else { shape[k] };
+            let ext = if k == jk {
+                shape[k].div_ceil(jn)
+            } else {
+                shape[k]
+            };
             let scale = if k == jk {
                 format!(" * {jn}")
             } else {
@@ -1414,142 +1482,157 @@ impl GemmPlan {
             )
             .unwrap();
         };
-        // Full tile: accumulators in registers.
-        writeln!(out, "        if (t1 - t0 == {tw}) {{").unwrap();
-        for j in 0..jn {
-            for t in 0..nv {
-                writeln!(out, "            {vt} c{j}_{t} = {{0}};").unwrap();
-            }
-        }
-        let mut ri = "            ".to_string();
-        open_reduction(out, &mut ri, &r.extents);
-        for j in 0..jn {
-            let body = jammed(&st.body, j);
-            for t in 0..nv {
-                let x = vector_expr(em, &body, v as u32, &format!("t0 + {}", t * w), &vt);
-                writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
-            }
-        }
-        close_reduction(out, &mut ri, r.extents.len());
-        let vec_fin = r
-            .finalize
-            .as_ref()
-            .is_none_or(|f| vectorizable(em.p, f, v as u32));
-        if vec_fin {
-            let st_strides = strides(shape);
+        // The tile's code for `jn` rows (all blocks, or every block but a shorter last one).
+        let rows_body = |out: &mut String, jn: usize| {
+            // Full tile: accumulators in registers.
+            writeln!(out, "        if (t1 - t0 == {tw}) {{").unwrap();
             for j in 0..jn {
                 for t in 0..nv {
-                    let col = format!("t0 + {}", t * w);
-                    let value = match &r.finalize {
-                        Some(f) => vector_expr_acc(
-                            em,
-                            &jammed(f, j),
-                            v as u32,
-                            &col,
-                            &vt,
-                            &format!("c{j}_{t}"),
-                        ),
-                        None => format!("c{j}_{t}"),
-                    };
-                    let flat = jammed_offset(shape, &st_strides, jk, j, Some(v));
-                    writeln!(
-                        out,
-                        "            *({vt} *)&b{id}[{flat} + {col}] = {value};"
-                    )
-                    .unwrap();
+                    writeln!(out, "            {vt} c{j}_{t} = {{0}};").unwrap();
                 }
             }
-        }
-        writeln!(out, "            float tmp[{w}];").unwrap();
-        for j in 0..jn {
-            if vec_fin {
-                break;
-            }
-            for t in 0..nv {
-                writeln!(out, "            *({vt} *)tmp = c{j}_{t};").unwrap();
-                writeln!(out, "            for (int64_t l = 0; l < {w}; ++l)").unwrap();
-                store(
-                    out,
-                    j,
-                    Some(&format!("t0 + {} + l", t * w)),
-                    "tmp[l]",
-                    "                ",
-                );
-            }
-        }
-        // Partial tile: single vectors of this width, then of 4 lanes, then one column at a time.
-        writeln!(out, "        }} else {{").unwrap();
-        writeln!(out, "            int64_t c = t0;").unwrap();
-        let mut widths = vec![w];
-        if w > 4 {
-            widths.push(4);
-        }
-        // One vector of `vw` lanes starting at column `col`: accumulate every jammed row, then
-        // store lanes `first..vw` through a scratch array.
-        let one_vector = |out: &mut String, vw: usize, col: &str, first: &str| {
-            let vt = format!("cl_f32x{vw}");
+            let mut ri = "            ".to_string();
+            open_reduction(out, &mut ri, &r.extents);
             for j in 0..jn {
-                writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
+                let body = jammed(&st.body, j);
+                for t in 0..nv {
+                    let x = vector_expr(em, &body, v as u32, &format!("t0 + {}", t * w), &vt);
+                    writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
+                }
+            }
+            close_reduction(out, &mut ri, r.extents.len());
+            let vec_fin = r
+                .finalize
+                .as_ref()
+                .is_none_or(|f| vectorizable(em.p, f, v as u32));
+            if vec_fin {
+                let st_strides = strides(shape);
+                for j in 0..jn {
+                    for t in 0..nv {
+                        let col = format!("t0 + {}", t * w);
+                        let value = match &r.finalize {
+                            Some(f) => vector_expr_acc(
+                                em,
+                                &jammed(f, j),
+                                v as u32,
+                                &col,
+                                &vt,
+                                &format!("c{j}_{t}"),
+                            ),
+                            None => format!("c{j}_{t}"),
+                        };
+                        let flat = jammed_offset(shape, &st_strides, jk, j, Some(v));
+                        writeln!(
+                            out,
+                            "            *({vt} *)&b{id}[{flat} + {col}] = {value};"
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+            writeln!(out, "            float tmp[{w}];").unwrap();
+            for j in 0..jn {
+                if vec_fin {
+                    break;
+                }
+                for t in 0..nv {
+                    writeln!(out, "            *({vt} *)tmp = c{j}_{t};").unwrap();
+                    writeln!(out, "            for (int64_t l = 0; l < {w}; ++l)").unwrap();
+                    store(
+                        out,
+                        j,
+                        Some(&format!("t0 + {} + l", t * w)),
+                        "tmp[l]",
+                        "                ",
+                    );
+                }
+            }
+            // Partial tile: single vectors of this width, then of 4 lanes, then one column at a
+            // time.
+            writeln!(out, "        }} else {{").unwrap();
+            writeln!(out, "            int64_t c = t0;").unwrap();
+            let mut widths = vec![w];
+            if w > 4 {
+                widths.push(4);
+            }
+            // One vector of `vw` lanes starting at column `col`: accumulate every jammed row, then
+            // store lanes `first..vw` through a scratch array.
+            let one_vector = |out: &mut String, vw: usize, col: &str, first: &str| {
+                let vt = format!("cl_f32x{vw}");
+                for j in 0..jn {
+                    writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
+                }
+                let mut ri = "                ".to_string();
+                open_reduction(out, &mut ri, &r.extents);
+                for j in 0..jn {
+                    let x = vector_expr(em, &jammed(&st.body, j), v as u32, col, &vt);
+                    writeln!(out, "{ri}a{j} += {x};").unwrap();
+                }
+                close_reduction(out, &mut ri, r.extents.len());
+                writeln!(out, "                float tmp[{vw}];").unwrap();
+                for j in 0..jn {
+                    writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
+                    writeln!(
+                        out,
+                        "                for (int64_t l = {first}; l < {vw}; ++l)"
+                    )
+                    .unwrap();
+                    store(
+                        out,
+                        j,
+                        Some(&format!("{col} + l")),
+                        "tmp[l]",
+                        "                    ",
+                    );
+                }
+            };
+            for &vw in &widths {
+                writeln!(out, "            for (; c + {vw} <= t1; c += {vw}) {{").unwrap();
+                one_vector(out, vw, "c", "0");
+                writeln!(out, "            }}").unwrap();
+            }
+            // Fewer columns than a vector left past the full vectors, in a row of at least a
+            // vector: one vector ending at the row's end (overlapping columns the previous tile
+            // computes; within one panel of packed operands), of which only the new columns are
+            // stored. A row of 49 on 16 lanes then takes its last column in a vector, not in a
+            // scalar loop.
+            writeln!(
+                out,
+                "            if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{\n                const int64_t cb = t1 - {w};"
+            )
+            .unwrap();
+            one_vector(out, w, "cb", "c - cb");
+            writeln!(out, "                c = t1;\n            }}").unwrap();
+            writeln!(
+                out,
+                "            for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"
+            )
+            .unwrap();
+            for j in 0..jn {
+                writeln!(out, "                float s{j} = 0.0f;").unwrap();
             }
             let mut ri = "                ".to_string();
             open_reduction(out, &mut ri, &r.extents);
             for j in 0..jn {
-                let x = vector_expr(em, &jammed(&st.body, j), v as u32, col, &vt);
-                writeln!(out, "{ri}a{j} += {x};").unwrap();
+                writeln!(out, "{ri}s{j} += {};", em.expr(&jammed(&st.body, j))).unwrap();
             }
             close_reduction(out, &mut ri, r.extents.len());
-            writeln!(out, "                float tmp[{vw}];").unwrap();
             for j in 0..jn {
-                writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
-                writeln!(
-                    out,
-                    "                for (int64_t l = {first}; l < {vw}; ++l)"
-                )
-                .unwrap();
-                store(
-                    out,
-                    j,
-                    Some(&format!("{col} + l")),
-                    "tmp[l]",
-                    "                    ",
-                );
+                store(out, j, None, &format!("s{j}"), "                ");
             }
+            writeln!(out, "            }}\n        }}").unwrap();
         };
-        for &vw in &widths {
-            writeln!(out, "            for (; c + {vw} <= t1; c += {vw}) {{").unwrap();
-            one_vector(out, vw, "c", "0");
-            writeln!(out, "            }}").unwrap();
+        if self.jam_rem == 0 {
+            rows_body(out, jn);
+        } else {
+            let ext = shape[jk];
+            writeln!(out, "        if (i{jk} + {jn} <= {ext}) {{").unwrap();
+            rows_body(out, jn);
+            writeln!(out, "        }} else {{").unwrap();
+            rows_body(out, self.jam_rem);
+            writeln!(out, "        }}").unwrap();
         }
-        // Fewer columns than a vector left past the full vectors, in a row of at least a
-        // vector: one vector ending at the row's end (overlapping columns the previous tile
-        // computes; within one panel of packed operands), of which only the new columns are
-        // stored. A row of 49 on 16 lanes then takes its last column in a vector, not in a
-        // scalar loop.
-        writeln!(
-            out,
-            "            if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{\n                const int64_t cb = t1 - {w};"
-        )
-        .unwrap();
-        one_vector(out, w, "cb", "c - cb");
-        writeln!(out, "                c = t1;\n            }}").unwrap();
-        writeln!(
-            out,
-            "            for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"
-        )
-        .unwrap();
-        for j in 0..jn {
-            writeln!(out, "                float s{j} = 0.0f;").unwrap();
-        }
-        let mut ri = "                ".to_string();
-        open_reduction(out, &mut ri, &r.extents);
-        for j in 0..jn {
-            writeln!(out, "{ri}s{j} += {};", em.expr(&jammed(&st.body, j))).unwrap();
-        }
-        close_reduction(out, &mut ri, r.extents.len());
-        for j in 0..jn {
-            store(out, j, None, &format!("s{j}"), "                ");
-        }
-        writeln!(out, "            }}\n        }}\n    }}\n}}").unwrap();
+        writeln!(out, "    }}\n}}").unwrap();
     }
 }
 
@@ -1591,7 +1674,7 @@ fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
             vectorizable(p, a, v) && vectorizable(p, b, v)
         }
         Expr::Bin(BinOp::Max | BinOp::Min, a, b) => vectorizable(p, a, v) && vectorizable(p, b, v),
-        Expr::Un(UnOp::Neg | UnOp::Erf, a) => vectorizable(p, a, v),
+        Expr::Un(UnOp::Neg | UnOp::Erf | UnOp::Exp, a) => vectorizable(p, a, v),
         Expr::Acc => true,
         _ => false,
     }
@@ -1672,6 +1755,9 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
         }
         Expr::Un(UnOp::Erf, a) => {
             format!("cl_verf({}, {})", vt.trim_start_matches("cl_f32x"), sub(a))
+        }
+        Expr::Un(UnOp::Exp, a) => {
+            format!("cl_vexp({}, {})", vt.trim_start_matches("cl_f32x"), sub(a))
         }
         Expr::Un(_, a) => format!("(-{})", sub(a)),
         _ => unreachable!("checked by vectorizable"),
