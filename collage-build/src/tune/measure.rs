@@ -776,20 +776,15 @@ mod tests {
         let r = node(&mut g, "Relu", Attrs::default(), vec![y]);
         let s = node(&mut g, "Softmax", Attrs::default(), vec![r]);
         g.outputs.push(s);
-        // The product on the `gemm` library where this build has it (a library kernel), the
-        // rest generated; every node its own fusion region, as placed code has.
-        let gemm = crate::backend::BackendId::Gemm;
-        let lib = gemm.lookup().is_ok_and(|b| b.library()).then_some(gemm);
-        compile(g, "mlp", &|n| {
-            (n as u32 + 1, if n == 0 { lib } else { None })
-        })
+        compile(g, "mlp")
     }
 
-    /// `g` through the pass pipeline and the code generator, each node's region and library
-    /// as `assign` says (what a placement decides; the driver is above this room).
-    fn compile(mut g: Graph, symbol: &str, assign: codegen::NodeAssign) -> Compiled {
+    /// `g` through the pass pipeline and the code generator, as generated code (`c`), every
+    /// node its own fusion region as placed code has (the driver, which places, is above this
+    /// room).
+    fn compile(mut g: Graph, symbol: &str) -> Compiled {
         crate::passes::run(&mut g, crate::passes::PIPELINE).unwrap();
-        codegen::compile_assigned(g, symbol, assign).unwrap()
+        codegen::compile_assigned(g, symbol, &|n| (n as u32 + 1, None)).unwrap()
     }
 
     /// A convolution on a large image: its im2col buffer is a packed, materialised stage.
@@ -806,7 +801,7 @@ mod tests {
         let r = node(&mut g, "Relu", Attrs::default(), vec![y]);
         g.outputs.push(r);
         // Generated code: im2col and the contraction are two kernels.
-        compile(g, "conv", &|n| (n as u32 + 1, None))
+        compile(g, "conv")
     }
 
     /// Every buffer's value by the interpreter, with the model inputs pseudo-random.
