@@ -5,10 +5,10 @@
 //! `collage tune` measures; [`evolve`] refines placements by end-to-end measurement; [`run`]
 //! runs compiled models on data (the CLI's `run`, `conformance` and `bench`).
 //!
-//! Code follows a placement like this: every node of a library part (`gemm`, `blas`) forms its own
-//! fusion region, its contraction becomes a library call and its elementwise nodes an in-place
-//! epilogue; the nodes placed on `c` share one region, inside which the generator's own fusion
-//! decides the kernels (so adjacent `c` parts may fuse with each other, never with a library part).
+//! Code follows a placement like this ([`assignment`]): every part is its own fusion region; a
+//! library part's contractions become library calls and its elementwise nodes an in-place
+//! epilogue, a `c` part's are generated, fused by the generator within the part; so fusion builds
+//! exactly the kernels the search priced.
 use std::sync::Arc;
 
 use crate::backend::BackendId;
