@@ -215,8 +215,14 @@ pub fn rejoin_loads(e: &Expr, shapes: &[Vec<usize>]) -> Expr {
         let Expr::Load(Src::Buf(b), idx) = x else {
             return None;
         };
-        let flat = Expr::flatten(idx, shapes.get(*b as usize)?);
-        rejoin(&flat).map(|f| Expr::LoadFlat(Src::Buf(*b), Box::new(f)))
+        let flat = rejoin(&Expr::flatten(idx, shapes.get(*b as usize)?))?;
+        // Only when no division is left: a load that keeps some (an im2col's window) stays
+        // multi-dimensional, where the window analysis reads its bounds per dimension.
+        let mut divides = false;
+        flat.visit(&mut |e| {
+            divides |= matches!(e, Expr::Bin(BinOp::Div | BinOp::FMod | BinOp::Mod, ..))
+        });
+        (!divides).then(|| Expr::LoadFlat(Src::Buf(*b), Box::new(flat)))
     })
 }
 
