@@ -175,6 +175,47 @@ fn convolutions_through_im2col_and_direct() {
 }
 
 #[test]
+fn depthwise_convolutions_over_padded_planes() {
+    // (input shape, kernel, strides, pads [top, left, bottom, right], dilations, multiplier):
+    // unit and strided windows, 5x5, dilation, asymmetric and no padding, a plane taller than
+    // one band of the scratch (100x100), a batch of two, and two outputs per input channel
+    // (not a plane of its own: the row schedule's path).
+    let cases: &[(&[usize], usize, i64, [i64; 4], i64, usize)] = &[
+        (&[1, 3, 14, 14], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[1, 4, 15, 9], 3, 2, [1, 1, 1, 1], 1, 1),
+        (&[1, 2, 7, 7], 5, 1, [2, 2, 2, 2], 1, 1),
+        (&[1, 2, 13, 11], 5, 2, [2, 2, 2, 2], 1, 1),
+        (&[1, 3, 12, 12], 3, 1, [2, 2, 2, 2], 2, 1),
+        (&[1, 2, 9, 10], 3, 1, [0, 1, 2, 0], 1, 1),
+        (&[1, 2, 8, 8], 3, 1, [0, 0, 0, 0], 1, 1),
+        (&[1, 2, 100, 100], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[2, 3, 10, 10], 3, 2, [1, 1, 1, 1], 1, 1),
+        (&[1, 3, 10, 10], 3, 1, [1, 1, 1, 1], 1, 2),
+    ];
+    // The generated code only: a library backend would take the larger planes.
+    let c_only = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    for (i, (xs, k, s, pads, dil, mult)) in cases.iter().enumerate() {
+        check_with(&format!("dw{i}"), xs, &c_only, &["-O1", "-O2"], |g, x| {
+            let c = xs[1];
+            let w = g.add_const("w", rand(&[c * mult, 1, *k, *k], 11));
+            let b = g.add_const("b", rand(&[c * mult], 12));
+            let mut a = ints(&[
+                ("strides", vec![*s, *s]),
+                ("pads", pads.to_vec()),
+                ("dilations", vec![*dil, *dil]),
+                ("kernel_shape", vec![*k as i64, *k as i64]),
+            ]);
+            a.0.insert("group".into(), Attr::Int(c as i64));
+            let y = node(g, "Conv", a, vec![x, w, b]);
+            node(g, "Relu", Attrs::default(), vec![y])
+        });
+    }
+}
+
+#[test]
 fn reductions_and_pools() {
     check("softmax", &[3, 70], |g, x| {
         node(g, "Softmax", Attrs::default(), vec![x])

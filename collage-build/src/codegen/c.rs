@@ -11,6 +11,9 @@ use crate::te::{
     BinOp, BufKind, Exec, Expr, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL,
 };
 
+mod plane;
+use plane::PlanePlan;
+
 /// Weight bytes above which a smaller stage is still split across threads: streaming weights is
 /// memory-bound, and two cores fetch them faster than one.
 const PARALLEL_WEIGHT_BYTES: usize = 256 << 10;
@@ -350,12 +353,15 @@ pub enum Schedule {
     Row,
     /// Reduction loop innermost.
     Plain,
+    /// Depthwise window over zero-padded image planes ([`plane`]).
+    Plane,
 }
 
 /// The schedule the code generator uses for `st` (for `lanes` f32 SIMD lanes).
 pub fn schedule_of(p: &Program, st: &Stage, lanes: usize) -> Schedule {
     match plans(p, st, lanes) {
         _ if st.reduce.is_none() => Schedule::Elementwise,
+        _ if PlanePlan::new(p, st).is_some() => Schedule::Plane,
         (Some(_), _) => Schedule::RegisterBlocked,
         (_, Some(_)) => Schedule::Row,
         _ => Schedule::Plain,
@@ -376,6 +382,9 @@ pub fn schedule_text(p: &Program, st: &Stage, lanes: usize) -> String {
     };
     if st.reduce.is_none() {
         return format!("elementwise outer {}", injective_outer_dims(&st.ty.shape));
+    }
+    if let Some(pp) = PlanePlan::new(p, st) {
+        return pp.text();
     }
     match plans(p, st, lanes) {
         (Some(g), _) => format!(
@@ -651,8 +660,14 @@ fn emit_stage(
         "_avx2" => 8,
         _ => 4,
     };
-    let (gemm, row) = plans(p, st, lanes);
+    let plane = PlanePlan::new(p, st);
+    let (gemm, row) = if plane.is_some() {
+        (None, None)
+    } else {
+        plans(p, st, lanes)
+    };
     let n_outer: usize = match (&gemm, &row) {
+        _ if plane.is_some() => plane.as_ref().expect("checked").n_outer,
         (Some(gp), _) => gp.n_outer,
         (_, Some(rp)) => rp.n_outer,
         _ => shape[..nd].iter().product(),
@@ -698,6 +713,10 @@ fn emit_stage(
         }
     }
     writeln!(out, "{}", ptr(id, false)).unwrap();
+    if let Some(pp) = &plane {
+        pp.emit(out, &em, id, st);
+        return (fname, n_outer, parallel);
+    }
     if let Some(gp) = &gemm {
         gp.emit(out, &em, id, st);
         return (fname, n_outer, parallel);

@@ -49,9 +49,14 @@ pub fn fuse(p: &mut Program) {
     mark_dead(p);
     fuse_epilogues(p);
     mark_dead(p);
+    let shapes: Vec<Vec<usize>> = p.bufs.iter().map(|b| b.ty.shape.clone()).collect();
     for b in &mut p.bufs {
         if let BufKind::Stage(st) = &mut b.kind {
             super::simplify_stage(st);
+            st.body = super::simplify::rejoin_loads(&st.body, &shapes);
+            if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
+                *f = super::simplify::rejoin_loads(f, &shapes);
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Index simplification with variable ranges: `(a * c + b) / c` becomes `a` and `(a * c + b) % c`
 //! becomes `b` when `0 <= b < c`. After inlining reshapes and transposes, index expressions are
 //! full of such divisions; removing them makes loads affine (vectorisable, analysable).
-use super::{BinOp, Expr, Scalar, Stage};
+use super::{BinOp, Expr, Scalar, Src, Stage};
 
 /// An affine form: sum of `coef * atom` plus a constant.
 #[derive(Clone, Debug)]
@@ -168,10 +168,62 @@ fn simplify_node(e: &Expr, rg: &Ranges) -> Option<Expr> {
     None
 }
 
-/// Simplifies every integer division and remainder in `e` given the variables' extents.
+/// A sum holding `(x / d) * k d` and `(x % d) * k` (C's truncating pair, so for any `x`) holds
+/// `k x`: a reshape split `x` into a row and a column and the next flattening joined them again.
+fn rejoin(e: &Expr) -> Option<Expr> {
+    if !matches!(e, Expr::Bin(BinOp::Add | BinOp::Sub, ..)) {
+        return None;
+    }
+    let mut l = lin(e);
+    let mut changed = false;
+    loop {
+        let pair = l.terms.iter().enumerate().find_map(|(i, (a, k))| {
+            let Expr::Bin(BinOp::FMod, x, d) = a else {
+                return None;
+            };
+            let Expr::Const(Scalar::I64(dv)) = d.as_ref() else {
+                return None;
+            };
+            let j = l.terms.iter().position(|(b, kb)| {
+                Some(*kb) == k.checked_mul(*dv)
+                    && matches!(b, Expr::Bin(BinOp::Div, y, d2) if y == x && d2 == d)
+            })?;
+            Some((i, j, lin(x).scale(*k)))
+        });
+        let Some((i, j, x)) = pair else { break };
+        l.terms.remove(i.max(j));
+        l.terms.remove(i.min(j));
+        l = l.add(x, 1);
+        changed = true;
+    }
+    changed.then(|| l.to_expr())
+}
+
+/// Simplifies every integer division and remainder in `e` given the variables' extents, and
+/// re-joins split-and-flattened indices ([`rejoin`]).
 pub fn simplify(e: &Expr, vars: &[usize], rvars: &[usize]) -> Expr {
     let rg = Ranges { vars, rvars };
     e.rewrite(&mut |x| simplify_node(x, &rg))
+        .rewrite(&mut rejoin)
+}
+
+/// `e` with every load of a program's buffer whose flat offset [`rejoin`]s read flat from that
+/// offset (`shapes[b]`: buffer `b`'s shape): a residual read through a reshape,
+/// `x[0, c, p / 14, p % 14]`, becomes `x{c * 196 + p}`, affine in `p` (vectorisable).
+pub fn rejoin_loads(e: &Expr, shapes: &[Vec<usize>]) -> Expr {
+    e.rewrite(&mut |x| {
+        let Expr::Load(Src::Buf(b), idx) = x else {
+            return None;
+        };
+        let flat = rejoin(&Expr::flatten(idx, shapes.get(*b as usize)?))?;
+        // Only when no division is left: a load that keeps some (an im2col's window) stays
+        // multi-dimensional, where the window analysis reads its bounds per dimension.
+        let mut divides = false;
+        flat.visit(&mut |e| {
+            divides |= matches!(e, Expr::Bin(BinOp::Div | BinOp::FMod | BinOp::Mod, ..))
+        });
+        (!divides).then(|| Expr::LoadFlat(Src::Buf(*b), Box::new(flat)))
+    })
 }
 
 /// Simplifies a stage's body and epilogue in place.
@@ -215,6 +267,38 @@ mod tests {
             .div(Expr::i(64))
             .fmod(Expr::i(12));
         assert_eq!(simplify(&e, &[128], &[768]), Expr::rvar(0).div(Expr::i(64)));
+    }
+
+    #[test]
+    fn split_and_flattened_indices_rejoin() {
+        // i1 * 196 + (i2 / 14) * 14 + i2 % 14  ==>  i1 * 196 + i2, for any i2 (no range needed)
+        let i2 = Expr::var(1);
+        let e = Expr::var(0)
+            .mul(Expr::i(196))
+            .add(i2.clone().div(Expr::i(14)).mul(Expr::i(14)))
+            .add(i2.clone().fmod(Expr::i(14)));
+        let want = Expr::var(0).mul(Expr::i(196)).add(Expr::var(1));
+        assert_eq!(simplify(&e, &[4, 1 << 40], &[]), want);
+        // Scaled by 3, with the pair in the other order, around a reduction variable.
+        let x = Expr::var(0).add(Expr::rvar(0));
+        let e = x
+            .clone()
+            .fmod(Expr::i(7))
+            .mul(Expr::i(3))
+            .add(x.clone().div(Expr::i(7)).mul(Expr::i(21)));
+        assert_eq!(
+            simplify(&e, &[1 << 40], &[5]),
+            Expr::var(0)
+                .mul(Expr::i(3))
+                .add(Expr::rvar(0).mul(Expr::i(3)))
+        );
+        // A remainder by another divisor does not pair.
+        let keep = i2
+            .clone()
+            .div(Expr::i(14))
+            .mul(Expr::i(14))
+            .add(i2.clone().fmod(Expr::i(7)));
+        assert_eq!(simplify(&keep, &[1 << 40, 1 << 40], &[]), keep);
     }
 
     #[test]

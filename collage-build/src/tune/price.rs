@@ -97,6 +97,7 @@ fn rate(s: Schedule) -> f64 {
         Schedule::RegisterBlocked => 46_000.0,
         Schedule::Row => 2_000.0,
         Schedule::Plain => 1_500.0,
+        Schedule::Plane => 8_000.0,
         Schedule::Elementwise => 1_300.0,
     }
 }
