@@ -353,7 +353,7 @@ pub enum Schedule {
     Row,
     /// Reduction loop innermost.
     Plain,
-    /// Depthwise window over zero-padded image planes ([`plane`]).
+    /// Depthwise window over zero-padded image planes (`codegen/c/plane.rs`).
     Plane,
 }
 

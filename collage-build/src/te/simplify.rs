@@ -200,7 +200,7 @@ fn rejoin(e: &Expr) -> Option<Expr> {
 }
 
 /// Simplifies every integer division and remainder in `e` given the variables' extents, and
-/// re-joins split-and-flattened indices ([`rejoin`]).
+/// re-joins split-and-flattened indices (`(x / d) * d + x % d` is `x`).
 pub fn simplify(e: &Expr, vars: &[usize], rvars: &[usize]) -> Expr {
     let rg = Ranges { vars, rvars };
     e.rewrite(&mut |x| simplify_node(x, &rg))
