@@ -15,7 +15,8 @@ Usage (after .ci/run or the README's setup, from the repository root):
 Tunes `target/bench/caches/<model>.toml` first when missing (`collage tune`), then refines the
 placement end to end for 1 and 2 threads (`collage tune --evolve --threads N`) when the cache has no
 record for them; `collage bench --threads N` uses the record for N. Every variant is measured in
-ROUNDS (default 3) rounds of SECONDS_PER_RUN (default 1) seconds, in rotated order, and reported as
+ROUNDS (default 3) rounds of SECONDS_PER_RUN (default 1) seconds, in rotated order (EVOLVE=0: no
+end-to-end refinement, the tuned builds use the per-kernel measurements only), and reported as
 the lowest of its round medians. Compiled libraries are reused between rounds (`COLLAGE_CC_CACHE`,
 default `target/bench/cc-cache`). Prints Markdown tables of medians (ms) with the ratio ORT /
 Collage (> 1 means Collage is faster) and the ratio of the best baseline to the build (>= 1 means
@@ -63,8 +64,9 @@ for m in models:
     if not os.path.exists(cache):
         subprocess.run([collage, "tune", model, "--cache", cache], check=True, stdout=subprocess.DEVNULL)
     for t in (1, 2):
-        # The end-to-end refinement per thread count (`collage tune --evolve`), once per cache.
-        if f", {t} thread(s)\"" not in open(cache).read():
+        # The end-to-end refinement per thread count (`collage tune --evolve`), once per cache
+        # (EVOLVE=0 skips it: "tuned" then means the per-kernel measurements only).
+        if os.environ.get("EVOLVE", "1") != "0" and f", {t} thread(s)\"" not in open(cache).read():
             out = subprocess.run([collage, "tune", model, "--cache", cache, "--evolve", "--threads", str(t)],
                                  check=True, capture_output=True, text=True).stdout
             evolve_log.append(f"- {m}: {out.strip().splitlines()[-1]}")

@@ -903,9 +903,11 @@ fn emit_stage(
             .unwrap();
             let mut ri = indent.clone();
             let last_r = r.extents.len().saturating_sub(1);
+            // Vectorised only over a long enough innermost reduction: a pooling window's three
+            // columns cost more as a vector (setup, horizontal reduction) than as scalars.
             let simd = matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
                 && st.ty.dtype.is_float()
-                && !r.extents.is_empty()
+                && r.extents.last().is_some_and(|&e| e >= MIN_SIMD_REDUCTION)
                 && contiguous_along_r(p, &st.body, last_r as u32);
             // A vectorised max / min keeps one accumulator per lane, which OpenMP's combiner
             // may not carry a NaN through: a flag of its own does, and sets the result after.
@@ -1200,6 +1202,9 @@ struct RowPlan {
     n_outer: usize,
     guard: Option<Guard>,
 }
+
+/// Shortest innermost reduction a plain schedule vectorises (`#pragma omp simd`).
+const MIN_SIMD_REDUCTION: usize = 16;
 
 /// Largest accumulator block (bytes) kept on the stack.
 const MAX_ACC_BYTES: usize = 64 * 1024;
