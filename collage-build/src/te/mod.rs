@@ -22,4 +22,5 @@ pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
 pub use print::fnv64;
 pub use program::{BufId, BufKind, Buffer, Program, PANEL};
+pub(crate) use simplify::affine_terms;
 pub use simplify::{simplify, simplify_stage};

@@ -104,6 +104,13 @@ fn lin(e: &Expr) -> Lin {
     }
 }
 
+/// `e` as `sum(k * atom) + c` (the form the simplifier works on): the atoms are the variables and
+/// every sub-expression that is not a sum, difference or product by an integer constant.
+pub(crate) fn affine_terms(e: &Expr) -> (Vec<(Expr, i64)>, i64) {
+    let l = lin(e);
+    (l.terms, l.c)
+}
+
 /// Splits `l` into `q * d + r` with every coefficient of `r` smaller than `d` in magnitude.
 fn divmod(l: &Lin, d: i64) -> (Lin, Lin) {
     let mut q = Lin {

@@ -8,9 +8,9 @@
 //! per output row on the same scratch.
 use std::fmt::Write;
 
-use super::{conjuncts, Emitter};
+use super::{conjuncts, uses_var, Emitter};
 use crate::ir::{strides, DType};
-use crate::te::{BinOp, Expr, Program, RedOp, Src, Stage};
+use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// Scratch (padded input band and accumulators) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
@@ -116,7 +116,7 @@ impl PlanePlan {
             .filter(|k| !unit_rvars.contains(k))
             .collect();
         let axis = |e: &Expr, v: u32, input: usize| -> Option<Axis> {
-            let (terms, offset) = affine(e)?;
+            let (terms, offset) = affine_terms(e);
             let mut stride = 0;
             let mut tap = None;
             for (t, k) in terms {
@@ -363,52 +363,8 @@ fn uses(idx: &[Expr], v: u32) -> bool {
     idx.iter().any(|e| uses_var(e, v))
 }
 
-fn uses_var(e: &Expr, v: u32) -> bool {
-    let mut yes = false;
-    e.visit(&mut |x| yes |= *x == Expr::Var(v));
-    yes
-}
-
 fn has_rvar(e: &Expr) -> bool {
     let mut yes = false;
     e.visit(&mut |x| yes |= matches!(x, Expr::RVar(_)));
     yes
-}
-
-/// `e` as `sum(k * atom) + c` over variables (`Var`, `RVar`), if it is affine in them.
-fn affine(e: &Expr) -> Option<(Vec<(Expr, i64)>, i64)> {
-    fn go(e: &Expr, k: i64, terms: &mut Vec<(Expr, i64)>, c: &mut i64) -> Option<()> {
-        match e {
-            Expr::Var(_) | Expr::RVar(_) => {
-                match terms.iter_mut().find(|(t, _)| t == e) {
-                    Some(t) => t.1 += k,
-                    None => terms.push((e.clone(), k)),
-                }
-                Some(())
-            }
-            Expr::Const(s) if s.dtype() == DType::I64 => {
-                *c += k * s.as_i64();
-                Some(())
-            }
-            Expr::Bin(BinOp::Add, a, b) => {
-                go(a, k, terms, c)?;
-                go(b, k, terms, c)
-            }
-            Expr::Bin(BinOp::Sub, a, b) => {
-                go(a, k, terms, c)?;
-                go(b, -k, terms, c)
-            }
-            Expr::Bin(BinOp::Mul, a, b) => match (a.as_ref(), b.as_ref()) {
-                (x, Expr::Const(s)) | (Expr::Const(s), x) if s.dtype() == DType::I64 => {
-                    go(x, k * s.as_i64(), terms, c)
-                }
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-    let (mut terms, mut c) = (Vec::new(), 0);
-    go(e, 1, &mut terms, &mut c)?;
-    terms.retain(|(_, k)| *k != 0);
-    Some((terms, c))
 }
