@@ -39,8 +39,13 @@ fn const_bytes(p: &Program, st: &Stage) -> usize {
         .sum()
 }
 
-/// Work (body evaluations) above which a stage's outer loop is handed to `parallel_for`.
-const PARALLEL_WORK: usize = 1 << 20;
+/// Work (body evaluations) above which a stage's outer loop is handed to `parallel_for`: with
+/// the pool's workers spinning between stages a split costs about a microsecond, less than
+/// 16K evaluations take. (At 1M, SqueezeNet's pools and the small stages of MobileNets ran on the
+/// caller alone while the other thread spun: 2 threads, `--backends c`, min of 3-5 runs:
+/// SqueezeNet 6.8 -> 5.6 ms, MobileNetV2 6.9 -> 5.3, MobileNetV3 2.4 -> 1.5, ViT 8.1 -> 7.4;
+/// 4K was no faster.)
+const PARALLEL_WORK: usize = 1 << 14;
 
 const PRELUDE: &str = r#"#include <stdint.h>
 #include <math.h>
