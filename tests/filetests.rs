@@ -72,6 +72,14 @@ fn check(name: &str, model: &Path) {
             writeln!(sched, "b{k} {:?}: {}", st.name, schedule_text(p, st, 16)).unwrap();
         }
     }
+    for g in &p.groups {
+        writeln!(
+            sched,
+            "group g{}: b{} -> b{}, {} instances of {} columns in {} slots",
+            g.consumer, g.producer, g.consumer, g.instances, g.cols, g.slots
+        )
+        .unwrap();
+    }
     let (places, weights, size) = codegen::place(p);
     let mut arena = format!(
         "# arena {size} bytes, weights {} bytes: [first, last) byte of every stage\n",
@@ -79,7 +87,7 @@ fn check(name: &str, model: &Path) {
     );
     for (k, place) in places.iter().enumerate() {
         if let Place::Arena(off) = place {
-            let bytes = p.bufs[k].stored_size();
+            let bytes = p.arena_bytes(k as u32);
             writeln!(arena, "b{k} [{off}, {})", off + bytes).unwrap();
         }
     }

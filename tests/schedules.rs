@@ -157,6 +157,29 @@ fn convolutions_through_im2col_and_direct() {
         (&[1, 8, 10, 10], &[8, 1, 3, 3], 1, 1, 8), // depthwise: direct
         (&[1, 2, 70, 33], &[5, 2, 5, 3], 1, 2, 1), // odd sizes, partial tiles
     ];
+    // The first case's im2col (27 rows of 1600 columns, in panels) and its GEMM form a group:
+    // instances of one 64-column panel, each reading all 27 rows of it (one slot), at L2; apart,
+    // the im2col buffer would go to memory and back (2 x 27 x 1600 x 4 bytes more traffic).
+    let mut g = Graph::new("group");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 3, 40, 40])));
+    g.inputs.push(x);
+    let w = g.add_const("w", rand(&[8, 3, 3, 3], 11));
+    let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+    let y = node(&mut g, "Conv", a, vec![x, w]);
+    g.outputs.push(y);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let c = collage_build::driver::compile(g, "t", &opts).unwrap();
+    let gs = collage_build::report::groups(&c);
+    assert_eq!(gs.len(), 1);
+    let (grp, info) = (&gs[0].group, &gs[0].info);
+    assert_eq!((grp.cols, grp.instances, grp.slots), (64, 25, 25));
+    assert_eq!(info.tile, [1, 8, 64]);
+    assert_eq!(info.region, [1, 27, 64]);
+    assert_eq!(info.level, "L2");
+    assert_eq!(info.traffic_apart - info.traffic, 2 * 27 * 1600 * 4);
     for (i, (xs, ws, s, p, group)) in cases.iter().enumerate() {
         check(&format!("conv{i}"), xs, |g, x| {
             let w = g.add_const("w", rand(ws, 11));
@@ -352,6 +375,31 @@ fn random_schedules_on_random_shapes() {
                     vec![y, pw],
                 )
             },
+        );
+        // A large image: the im2col in column panels fused into its GEMM (a group whose
+        // instances are whole panels and whole register tiles; 3-vector tiles take 3 panels:
+        // 54 x 54 outputs or more make at least 16 instances of 192 columns).
+        let (ci, co, h, w) = (d.int(1, 4), d.int(1, 12), d.int(56, 72), d.int(56, 72));
+        let p = d.int(0, 1) as i64;
+        let name = format!("r{seed}_group");
+        let conv = |g: &mut Graph, x| {
+            let wt = g.add_const("w", rand(&[co, ci, 3, 3], 16));
+            let b = g.add_const("b", rand(&[co], 17));
+            let a = ints(&[("pads", vec![p, p, p, p]), ("kernel_shape", vec![3, 3])]);
+            let y = node(g, "Conv", a, vec![x, wt, b]);
+            node(g, "Relu", Attrs::default(), vec![y])
+        };
+        check_with(&name, &[1, ci, h, w], &opts, o, conv);
+        let mut g = Graph::new(&name);
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, ci, h, w])));
+        g.inputs.push(x);
+        let y = conv(&mut g, x);
+        g.outputs.push(y);
+        let c = collage_build::driver::compile(g, "t", &opts).unwrap();
+        assert_eq!(
+            c.program.groups.len(),
+            1,
+            "{name}: the im2col and its GEMM form a group"
         );
         // Pooling.
         let (c, h) = (d.int(1, 5), d.int(2, 19));

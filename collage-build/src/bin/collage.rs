@@ -357,6 +357,10 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             let ks = collage_build::report::kernels(&c, &target, opts.cache.as_deref());
             print!("{}", collage_build::report::render_placement(&c));
             print!("{}", collage_build::report::render_text(&c.name, &ks));
+            print!(
+                "{}",
+                collage_build::report::render_groups(&collage_build::report::groups(&c))
+            );
             warn_misses(&c, place.cache.as_deref(), &model);
             if let Some(path) = html {
                 let page = collage_build::report::html_page(&c, &ks);

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use crate::ir::{strides, DType};
 pub use crate::schedule::Place;
 use crate::te::{
-    BinOp, BufKind, Exec, Expr, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL,
+    BinOp, BufKind, Exec, Expr, Group, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL,
 };
 
 mod plane;
@@ -180,9 +180,21 @@ fn scalar(s: Scalar) -> String {
 struct Emitter<'a> {
     p: &'a Program,
     acc: DType,
+    /// A group's producer, whose panels are addressed from the instance's first panel (the C
+    /// variable `pb`): its buffer is the instance's scratch slot.
+    rebase: Option<u32>,
 }
 
 impl Emitter<'_> {
+    /// The panel of column `c` (a C expression) of packed buffer `b`, as C.
+    fn panel(&self, b: u32, c: &str) -> String {
+        if self.rebase == Some(b) {
+            format!("(({c}) / {PANEL} - pb)")
+        } else {
+            format!("(({c}) / {PANEL})")
+        }
+    }
+
     fn dtype(&self, e: &Expr) -> DType {
         e.dtype(&|s| self.p.dtype(s), self.acc)
     }
@@ -207,7 +219,8 @@ impl Emitter<'_> {
                     let (rowflat, rows) = packed_row(idx, &buf.ty.shape);
                     let c = self.expr(idx.last().expect("packed buffers have rank >= 2"));
                     return format!(
-                        "b{b}[(({c}) / {PANEL}) * {} + ({}) * {PANEL} + (({c}) % {PANEL})]",
+                        "b{b}[{} * {} + ({}) * {PANEL} + (({c}) % {PANEL})]",
+                        self.panel(b, &c),
                         rows * PANEL,
                         self.expr(&rowflat)
                     );
@@ -605,6 +618,32 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
                 )
             }
         };
+        if let Some(g) = p
+            .groups
+            .iter()
+            .find(|g| g.producer == id || g.consumer == id)
+        {
+            let Place::Arena(slots_at) = places[g.producer as usize] else {
+                panic!("group producer {} is not in the arena", g.producer)
+            };
+            let m = Member {
+                group: g,
+                slots_at,
+                slot_bytes: g.slot_bytes(&p.bufs[g.producer as usize]),
+                fill: g.producer == id,
+            };
+            let (fname, n_outer, _) = emit_stage(out, p, places, id, st, suffix, Some(&m));
+            if !m.fill {
+                let task = emit_group_task(out, p, g, &fname, n_outer, suffix);
+                writeln!(
+                    calls,
+                    "    rt->parallel_for(rt->pool, {}, {task}, &ctx);",
+                    g.slots
+                )
+                .unwrap();
+            }
+            continue;
+        }
         let epilogue;
         let st = match rest {
             None => st,
@@ -624,7 +663,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
                 &epilogue
             }
         };
-        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, suffix);
+        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, suffix, None);
         if n_outer == 0 {
             continue;
         }
@@ -644,6 +683,89 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
     out.push_str("}\n");
 }
 
+/// A stage's part in a [`Group`], for its emission.
+struct Member<'g> {
+    group: &'g Group,
+    /// Arena offset of the producer's slots, and bytes per slot.
+    slots_at: usize,
+    slot_bytes: usize,
+    /// The producer (its fill of one instance's slot) or the consumer (one instance of it).
+    fill: bool,
+}
+
+/// The loop of a group's instances (`g{consumer}`), over a range of scratch slots: each slot
+/// takes instances `slot, slot + slots, ..`; an instance fills its slot with the producer's
+/// columns `[c0, c1)` (`k{producer}_fill`), then runs the consumer's outer iterations of those
+/// columns (`inst`, the consumer's `_inst` function of `n_outer` iterations in all). Returns the
+/// task's name.
+fn emit_group_task(
+    out: &mut String,
+    p: &Program,
+    g: &Group,
+    inst: &str,
+    n_outer: usize,
+    variant: &str,
+) -> String {
+    let st = p.stage(g.consumer).expect("a group's consumer is a stage");
+    let n = *st.ty.shape.last().expect("rank >= 1");
+    let lanes = lanes_of(variant);
+    let gp = plans(p, st, lanes)
+        .0
+        .expect("a group's consumer is register-blocked");
+    let tw = gp.vecs * lanes;
+    debug_assert_eq!(g.cols % tw, 0, "instances are whole tiles");
+    let per_inst = n_outer / n.div_ceil(tw) * (g.cols / tw);
+    let (a, b, cols, k, s) = (g.producer, g.consumer, g.cols, g.instances, g.slots);
+    let fname = format!("g{b}{variant}");
+    writeln!(
+        out,
+        "\n/* group: {} -> {}, {k} instances of {cols} columns in {s} slots */",
+        stage_title(p.stage(a).expect("a group's producer is a stage")),
+        stage_title(st),
+    )
+    .unwrap();
+    for line in [
+        format!("static void {fname}(void *vctx, int64_t begin, int64_t end) {{"),
+        "    collage_ctx *ctx = (collage_ctx *)vctx;".to_string(),
+        "    for (int64_t s = begin; s < end; ++s)".to_string(),
+        format!("        for (int64_t q = s; q < {k}; q += {s}) {{"),
+        format!("            const int64_t c0 = q * {cols}, c1 = c0 + {cols} < {n} ? c0 + {cols} : {n};"),
+        format!("            const int64_t o0 = q * {per_inst}, o1 = o0 + {per_inst} < {n_outer} ? o0 + {per_inst} : {n_outer};"),
+        format!("            k{a}{variant}_fill(ctx, s, c0, c1);"),
+        format!("            {inst}(ctx, s, o0, o1, c0 / {PANEL});"),
+        "        }".to_string(),
+        "}".to_string(),
+    ] {
+        writeln!(out, "{line}").unwrap();
+    }
+    fname
+}
+
+/// f32 lanes of an instruction-set variant's vectors.
+fn lanes_of(variant: &str) -> usize {
+    match variant {
+        "_avx512" => 16,
+        "_avx2" => 8,
+        _ => 4,
+    }
+}
+
+/// The widths in columns of the register tile of stage `b` in every variant, if the code
+/// generator register-blocks it in all of them ([`crate::schedule::plan_groups`] makes a
+/// group's instances whole tiles).
+pub(super) fn tile_widths(p: &Program, b: u32) -> Option<Vec<usize>> {
+    let st = p.stage(b)?;
+    if PlanePlan::new(p, st).is_some() {
+        return None;
+    }
+    let mut widths = Vec::new();
+    for (variant, _, _) in VARIANTS.iter().chain(&[("", "", "")]) {
+        let lanes = lanes_of(variant);
+        widths.push(plans(p, st, lanes).0?.vecs * lanes);
+    }
+    Some(widths)
+}
+
 fn emit_stage(
     out: &mut String,
     p: &Program,
@@ -651,8 +773,13 @@ fn emit_stage(
     id: u32,
     st: &Stage,
     variant: &str,
+    member: Option<&Member>,
 ) -> (String, usize, bool) {
-    let fname = format!("k{id}{variant}");
+    let fname = match member {
+        Some(m) if m.fill => format!("k{id}{variant}_fill"),
+        Some(_) => format!("k{id}{variant}_inst"),
+        None => format!("k{id}{variant}"),
+    };
     let shape = &st.ty.shape;
     let rank = shape.len();
     let nd = if st.reduce.is_none() {
@@ -660,11 +787,7 @@ fn emit_stage(
     } else {
         outer_dims(shape)
     };
-    let lanes = match variant {
-        "_avx512" => 16,
-        "_avx2" => 8,
-        _ => 4,
-    };
+    let lanes = lanes_of(variant);
     let plane = PlanePlan::new(p, st);
     let (gemm, row) = if plane.is_some() {
         (None, None)
@@ -681,14 +804,31 @@ fn emit_stage(
     let em = Emitter {
         p,
         acc: st.ty.dtype,
+        rebase: member.map(|m| m.group.producer),
     };
     writeln!(out, "\n/* {}: {} */", st.name.replace("*/", "* /"), st.ty).unwrap();
-    writeln!(
-        out,
-        "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
-    )
-    .unwrap();
-    writeln!(out, "    collage_ctx *ctx = (collage_ctx *)vctx;").unwrap();
+    match member {
+        // One instance's slot: every outer iteration, columns [c0, c1).
+        Some(m) if m.fill => writeln!(
+            out,
+            "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t c0, int64_t c1) {{\n    \
+             const int64_t begin = 0, end = {n_outer}, pb = c0 / {PANEL};\n    (void)c1;"
+        )
+        .unwrap(),
+        Some(_) => writeln!(
+            out,
+            "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t begin, int64_t end, int64_t pb) {{"
+        )
+        .unwrap(),
+        None => {
+            writeln!(
+                out,
+                "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
+            )
+            .unwrap();
+            writeln!(out, "    collage_ctx *ctx = (collage_ctx *)vctx;").unwrap();
+        }
+    }
     // Pointers to every buffer the stage touches.
     let mut srcs = st.body.sources();
     if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
@@ -699,6 +839,12 @@ fn emit_stage(
     let ptr = |b: u32, konst: bool| -> String {
         let ty = p.bufs[b as usize].ty.dtype.c_type();
         let q = if konst { "const " } else { "" };
+        if let Some(m) = member.filter(|m| m.group.producer == b) {
+            return format!(
+                "    {q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {} + slot * {});",
+                m.slots_at, m.slot_bytes
+            );
+        }
         match places[b as usize] {
             Place::Input(i) => {
                 format!("    const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
@@ -786,41 +932,62 @@ fn emit_stage(
     } else {
         None
     };
+    // A group's fill computes the last dimension's columns [c0, c1) only.
+    let fill = member.is_some_and(|m| m.fill);
+    assert!(
+        !fill || (rank > nd && win.is_none()),
+        "a group's producer is injective with an inner last dimension"
+    );
     for (k, &d) in shape.iter().enumerate().take(loop_dims).skip(nd) {
         if win.is_some() && k == rank - 1 {
             continue;
         }
+        // The outer loop of a split last dimension, over the columns' image rows.
+        let split_outer = |out: &mut String, indent: &str, w: usize| {
+            let hi = rank as u32;
+            let (from, to) = if fill {
+                (format!("c0 / {w}"), format!("(c1 + {}) / {w}", w - 1))
+            } else {
+                ("0".to_string(), format!("{}", d / w))
+            };
+            writeln!(
+                out,
+                "{indent}for (int64_t i{hi} = {from}; i{hi} < {to}; ++i{hi}) {{"
+            )
+            .unwrap();
+        };
         match split {
             Some(w) if k == rank - 1 && guarded.is_some() => {
                 // The outer loop of the split; the inner one is the guarded ranges.
-                let hi = rank as u32;
-                writeln!(
-                    out,
-                    "{indent}for (int64_t i{hi} = 0; i{hi} < {}; ++i{hi}) {{",
-                    d / w
-                )
-                .unwrap();
+                split_outer(out, &indent, w);
                 indent.push_str("    ");
                 body = split_body(&body, k, w);
             }
             None if k == rank - 1 && guarded.is_some() => {}
             Some(w) if k == rank - 1 => {
                 let (hi, lo) = (rank as u32, rank as u32 + 1);
-                writeln!(
-                    out,
-                    "{indent}for (int64_t i{hi} = 0; i{hi} < {}; ++i{hi}) {{",
-                    d / w
-                )
-                .unwrap();
+                split_outer(out, &indent, w);
                 indent.push_str("    ");
+                let (from, to) = if fill {
+                    (
+                        format!("cl_max_i64(INT64_C(0), c0 - i{hi} * {w})"),
+                        format!("cl_min_i64(INT64_C({w}), c1 - i{hi} * {w})"),
+                    )
+                } else {
+                    ("0".to_string(), format!("{w}"))
+                };
                 writeln!(
                     out,
-                    "{indent}for (int64_t i{lo} = 0; i{lo} < {w}; ++i{lo}) {{"
+                    "{indent}for (int64_t i{lo} = {from}; i{lo} < {to}; ++i{lo}) {{"
                 )
                 .unwrap();
                 indent.push_str("    ");
                 writeln!(out, "{indent}const int64_t i{k} = i{hi} * {w} + i{lo};").unwrap();
                 body = split_body(&body, k, w);
+            }
+            _ if fill && k == rank - 1 => {
+                writeln!(out, "{indent}for (int64_t i{k} = c0; i{k} < c1; ++i{k}) {{").unwrap();
+                indent.push_str("    ");
             }
             _ => {
                 writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
@@ -843,7 +1010,8 @@ fn emit_stage(
         let l = rank - 1;
         let (rowflat, rows) = packed_rows(shape);
         format!(
-            "(i{l} / {PANEL}) * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
+            "{} * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
+            em.panel(id, &format!("i{l}")),
             rows * PANEL
         )
     } else {
@@ -896,7 +1064,7 @@ fn emit_stage(
         }
         None if guarded.is_some() => {
             let g = guarded.as_ref().expect("checked");
-            emit_guarded(out, &em, &indent, g, p, id, st, split, &flat_out);
+            emit_guarded(out, &em, &indent, g, p, id, st, split, &flat_out, fill);
         }
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&body)).unwrap(),
         Some(r) => {
@@ -1007,6 +1175,7 @@ fn emit_guarded(
     st: &Stage,
     split: Option<usize>,
     flat_out: &str,
+    clip: bool,
 ) {
     let shape = &st.ty.shape;
     let rank = shape.len();
@@ -1051,11 +1220,28 @@ fn emit_guarded(
         "{indent}    if (lo > {n}) lo = {n};\n{indent}    if (hi < lo) hi = lo;"
     )
     .unwrap();
-    let ranges = [
-        ("0", "lo", &zero),
-        ("lo", "hi", &value),
-        ("hi", &*format!("{n}"), &zero),
+    let nn = format!("{n}");
+    let mut ranges = [
+        ("0".to_string(), "lo".to_string(), &zero),
+        ("lo".to_string(), "hi".to_string(), &value),
+        ("hi".to_string(), nn, &zero),
     ];
+    if clip {
+        // A group's fill: only columns [c0, c1) of the last dimension.
+        let base = match split {
+            Some(w) => format!("i{rank} * {w}"),
+            None => "0".to_string(),
+        };
+        writeln!(
+            out,
+            "{indent}    const int64_t cl = cl_max_i64(INT64_C(0), c0 - {base}), ch = cl_min_i64(INT64_C({n}), c1 - {base});"
+        )
+        .unwrap();
+        for (a, b, _) in &mut ranges {
+            *a = format!("cl_max_i64({a}, cl)");
+            *b = format!("cl_min_i64({b}, ch)");
+        }
+    }
     if p.bufs[id as usize].packed {
         // i{l} = base + v; segments end at panel boundaries.
         let base = match split {
@@ -1063,23 +1249,24 @@ fn emit_guarded(
             None => "0".to_string(),
         };
         let (rowflat, rows) = packed_rows(shape);
-        for (a, b, val) in ranges {
+        for (a, b, val) in &ranges {
             writeln!(
                 out,
                 "{indent}    for (int64_t s = {a}; s < {b};) {{\n\
                  {indent}        const int64_t l0 = {base} + s;\n\
                  {indent}        int64_t e = s + ({PANEL} - l0 % {PANEL});\n\
                  {indent}        if (e > {b}) e = {b};\n\
-                 {indent}        {cty} *restrict d = b{id} + (l0 / {PANEL}) * {} + ({rowflat}) * {PANEL} + (l0 % {PANEL});\n\
+                 {indent}        {cty} *restrict d = b{id} + {} * {} + ({rowflat}) * {PANEL} + (l0 % {PANEL});\n\
                  {indent}        for (int64_t {v} = s; {v} < e; ++{v}) {{ {def}d[{v} - s] = {val}; }}\n\
                  {indent}        s = e;\n\
                  {indent}    }}",
+                em.panel(id, "l0"),
                 rows * PANEL
             )
             .unwrap();
         }
     } else {
-        for (a, b, val) in ranges {
+        for (a, b, val) in &ranges {
             writeln!(
                 out,
                 "{indent}    for (int64_t {v} = {a}; {v} < {b}; ++{v}) {{ {def}b{id}[{flat_out}] = {val}; }}"
@@ -1747,7 +1934,8 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
             if buf.packed {
                 let (rowflat, rows) = packed_row(idx, &buf.ty.shape);
                 return format!(
-                    "(*(const {vt} *)&b{b}[(({col}) / {PANEL}) * {} + ({}) * {PANEL} + (({col}) % {PANEL})])",
+                    "(*(const {vt} *)&b{b}[{} * {} + ({}) * {PANEL} + (({col}) % {PANEL})])",
+                    em.panel(b, col),
                     rows * PANEL,
                     em.expr(&rowflat)
                 );

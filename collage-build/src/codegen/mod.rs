@@ -235,7 +235,7 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
                     readers[i].iter().copied().max().map_or(i, |r| r as usize)
                 };
                 intervals.push(Interval {
-                    size: b.stored_size().max(1),
+                    size: p.arena_bytes(i as u32).max(1),
                     first: i,
                     last,
                 });
@@ -280,6 +280,10 @@ pub fn compile_scheduled(
     }
     if std::env::var_os("COLLAGE_NO_PACK").is_none() {
         c::pack_weights(&mut p);
+        // Debugging knob: COLLAGE_NO_GROUPS compiles every stage on its own.
+        if std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
+            p.groups = crate::schedule::plan_groups(&p, &c::tile_widths);
+        }
     }
     let (places, weights, arena_size) = place(&p);
     if arena_size > g.limits.max_bytes {

@@ -140,7 +140,10 @@ impl Region {
 /// What a tile of `st` with output extents `tile` (and reduction extents `rtile`, the whole
 /// reduction when `None`) reads from each source, one region per buffer (the hull of all its
 /// loads), sorted by buffer. An index that interval arithmetic cannot follow reads the whole
-/// dimension; every extent is clamped to the source's.
+/// dimension; every extent is clamped to the source's. A flat load reads at most as many
+/// elements as its index takes values (the product of the extents of the variables it uses),
+/// which is less than its hull when the index strides (a residual read through a reshape: one
+/// row segment per output row of the tile).
 pub fn propagate(p: &Program, st: &Stage, tile: &[usize], rtile: Option<&[usize]>) -> Vec<Region> {
     let vars: Vec<Interval> = tile.iter().map(|&t| Interval::upto(t)).collect();
     let rext: Vec<usize> = match (rtile, &st.reduce) {
@@ -149,27 +152,50 @@ pub fn propagate(p: &Program, st: &Stage, tile: &[usize], rtile: Option<&[usize]
         (None, None) => vec![],
     };
     let rvars: Vec<Interval> = rext.iter().map(|&t| Interval::upto(t)).collect();
-    // Per buffer: the hull per dimension (None: the whole dimension).
-    let mut hulls: Vec<(BufId, Vec<Option<Interval>>)> = Vec::new();
+    // Per buffer: the hull per dimension (None: the whole dimension), and for flat loads the
+    // most index values they take.
+    type Hull = (BufId, Vec<Option<Interval>>, Option<usize>);
+    let mut hulls: Vec<Hull> = Vec::new();
     let mut visit = |e: &Expr, vars: &[Interval], rvars: &[Interval]| {
         e.visit(&mut |x| {
-            let (b, dims): (BufId, Vec<Option<Interval>>) = match x {
-                Expr::Load(Src::Buf(b), idx) => {
-                    (*b, idx.iter().map(|i| bounds(i, vars, rvars)).collect())
+            let (b, dims, points): Hull = match x {
+                Expr::Load(Src::Buf(b), idx) => (
+                    *b,
+                    idx.iter().map(|i| bounds(i, vars, rvars)).collect(),
+                    None,
+                ),
+                Expr::LoadFlat(Src::Buf(b), i) => {
+                    let mut points = 1usize;
+                    let (mut seen, mut rseen) = (vec![false; vars.len()], vec![false; rvars.len()]);
+                    i.visit(&mut |y| match y {
+                        Expr::Var(k) if !seen.get(*k as usize).copied().unwrap_or(true) => {
+                            seen[*k as usize] = true;
+                            points = points.saturating_mul(vars[*k as usize].len());
+                        }
+                        Expr::RVar(k) if !rseen.get(*k as usize).copied().unwrap_or(true) => {
+                            rseen[*k as usize] = true;
+                            points = points.saturating_mul(rvars[*k as usize].len());
+                        }
+                        _ => {}
+                    });
+                    (*b, vec![bounds(i, vars, rvars)], Some(points))
                 }
-                Expr::LoadFlat(Src::Buf(b), i) => (*b, vec![bounds(i, vars, rvars)]),
                 _ => return,
             };
-            match hulls.iter_mut().find(|(h, _)| *h == b) {
-                Some((_, h)) => {
+            match hulls.iter_mut().find(|(h, _, _)| *h == b) {
+                Some((_, h, pts)) => {
                     for (a, d) in h.iter_mut().zip(dims) {
                         *a = match (*a, d) {
                             (Some(a), Some(d)) => Some(a.hull(d)),
                             _ => None,
                         };
                     }
+                    *pts = match (*pts, points) {
+                        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                        _ => None,
+                    };
                 }
-                None => hulls.push((b, dims)),
+                None => hulls.push((b, dims, points)),
             }
         })
     };
@@ -177,10 +203,10 @@ pub fn propagate(p: &Program, st: &Stage, tile: &[usize], rtile: Option<&[usize]
     if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
         visit(f, &vars, &[]);
     }
-    hulls.sort_by_key(|(b, _)| *b);
+    hulls.sort_by_key(|(b, _, _)| *b);
     hulls
         .into_iter()
-        .map(|(b, dims)| {
+        .map(|(b, dims, points)| {
             let ty = &p.bufs[b as usize].ty;
             let full: Vec<usize> = if dims.len() == ty.shape.len() {
                 ty.shape.clone()
@@ -190,7 +216,10 @@ pub fn propagate(p: &Program, st: &Stage, tile: &[usize], rtile: Option<&[usize]
             let extents = dims
                 .iter()
                 .zip(&full)
-                .map(|(d, &n)| d.map_or(n, |d| d.len().clamp(1, n.max(1))))
+                .map(|(d, &n)| {
+                    let e = d.map_or(n, |d| d.len().clamp(1, n.max(1)));
+                    points.map_or(e, |pts| e.min(pts.max(1)))
+                })
                 .collect();
             Region {
                 buf: b,
@@ -420,7 +449,8 @@ mod tests {
         let st = stage(&[64, 32], body, None);
         assert_eq!(
             ext(&propagate(&p, &st, &[4, 8], None)),
-            [(0, vec![8, 4]), (1, vec![1, 4]), (2, vec![3 * 32 + 8])]
+            // The flat load's hull is 3 * 32 + 8 elements; its index takes 4 * 8 values.
+            [(0, vec![8, 4]), (1, vec![1, 4]), (2, vec![4 * 8])]
         );
         // An index split by division and remainder: x[k / 64, k % 64] over a tile of 16 of k
         // spans one row and 16 columns at the origin; 128 of k spans two rows, every column.

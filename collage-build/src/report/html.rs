@@ -27,6 +27,21 @@ pub struct Page {
     pub edges: Vec<(usize, usize)>,
     /// One row per partition, for the table below the graph.
     pub parts: Vec<PartRow>,
+    /// Groups of stages that run as one loop of instances; their nodes get a dashed outline.
+    pub groups: Vec<GroupRow>,
+}
+
+/// One group of stages (GraphTurbo): what the table under the partitions shows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GroupRow {
+    /// Its name (`g<consumer>`, the task in the generated C).
+    pub name: String,
+    /// Its stages, producer first, as display text.
+    pub stages: String,
+    /// Graph nodes whose stages it holds ([`Page::nodes`] indices).
+    pub nodes: Vec<usize>,
+    /// Instances, tiles, memory level and traffic, as display text.
+    pub detail: String,
 }
 
 /// One graph node.
@@ -524,11 +539,20 @@ pub fn render(page: &Page) -> String {
     for (i, nd) in page.nodes.iter().enumerate() {
         let (x, y) = lay.pos[i];
         let (fill, stroke) = colours(&nd.backend);
+        // A node in a group: dashed outline, the group named in its tooltip.
+        let group = page.groups.iter().find(|g| g.nodes.contains(&i));
+        let (dash, gline) = match group {
+            Some(g) => (
+                " stroke-dasharray=\"5 3\"",
+                format!("&#10;group: {}", escape(&g.name)),
+            ),
+            None => ("", String::new()),
+        };
         let _ = writeln!(
             o,
             "<a href=\"#part-{part}\"><g class=\"node\" data-node=\"{i}\" data-k=\"p{part} b{b}\" transform=\"translate({x},{y})\">\
-<title>{name}&#10;op: {op}&#10;shape: {shape}&#10;partition: #{part}&#10;backend: {backend}</title>\
-<rect width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"7\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"1.5\"/>\
+<title>{name}&#10;op: {op}&#10;shape: {shape}&#10;partition: #{part}&#10;backend: {backend}{gline}</title>\
+<rect width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"7\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"1.5\"{dash}/>\
 <text class=\"op\" x=\"8\" y=\"16\">{op_s}</text>\
 <text class=\"nm\" x=\"8\" y=\"32\">{name_s}</text>\
 <text class=\"pt\" x=\"{px}\" y=\"16\" text-anchor=\"end\">#{part}</text></g></a>",
@@ -571,6 +595,20 @@ pub fn render(page: &Page) -> String {
         );
     }
     o.push_str("</tbody>\n</table>\n");
+    if !page.groups.is_empty() {
+        let _ = writeln!(o, "<h2>Groups ({})</h2>", page.groups.len());
+        o.push_str("<table class=\"parts\">\n<thead><tr><th>group</th><th>stages</th><th>instances, tiles, memory level, traffic</th></tr></thead>\n<tbody>\n");
+        for g in &page.groups {
+            let _ = writeln!(
+                o,
+                "<tr id=\"group-{n}\"><td><code>{n}</code></td><td>{s}</td><td>{d}</td></tr>",
+                n = escape(&g.name),
+                s = escape(&g.stages),
+                d = escape(&g.detail),
+            );
+        }
+        o.push_str("</tbody>\n</table>\n");
+    }
     let _ = write!(o, "<script>\n{SCRIPT}</script>\n</body>\n</html>\n");
     o
 }
@@ -671,6 +709,12 @@ mod tests {
                 ("partitions".into(), parts.len().to_string()),
                 ("estimated total".into(), "123.45 us".into()),
             ],
+            groups: vec![GroupRow {
+                name: "g7".into(),
+                stages: "k3 im2col -> k7 conv".into(),
+                nodes: vec![0, 1],
+                detail: "49 instances".into(),
+            }],
             nodes,
             edges,
             parts,
@@ -752,6 +796,12 @@ mod tests {
                 measured_us: None,
                 alternative: evil.into(),
             }],
+            groups: vec![GroupRow {
+                name: evil.into(),
+                stages: evil.into(),
+                nodes: vec![0],
+                detail: evil.into(),
+            }],
         };
         let html = render(&page);
         assert!(!html.contains("alert('x')"), "raw text leaked");
@@ -793,6 +843,12 @@ mod tests {
         for (k, v) in &page.summary {
             assert!(html.contains(&format!("<dt>{k}</dt><dd>{v}</dd>")));
         }
+        // Groups: a row each, their nodes outlined dashed and named in the tooltip.
+        assert!(html.contains(
+            "<tr id=\"group-g7\"><td><code>g7</code></td><td>k3 im2col -&gt; k7 conv</td>"
+        ));
+        assert_eq!(html.matches("stroke-dasharray=\"5 3\"").count(), 2);
+        assert_eq!(html.matches("&#10;group: g7</title>").count(), 2);
         // Legend: one entry per backend with its node count.
         assert!(html.contains("<b>gemm</b>: 9 nodes, 9 partitions"));
         assert!(html.contains("<b>blas</b>: 6 nodes, 6 partitions"));
@@ -805,9 +861,11 @@ mod tests {
     fn nesting_and_self_contained() {
         let html = render(&sample(2));
         let seen = check_nesting(&html);
-        for t in ["html", "head", "body", "svg", "table", "script", "style"] {
+        for t in ["html", "head", "body", "svg", "script", "style"] {
             assert_eq!(seen.iter().filter(|s| *s == t).count(), 1, "<{t}> once");
         }
+        // The partitions' table and the groups'.
+        assert_eq!(seen.iter().filter(|s| *s == "table").count(), 2);
         assert!(html.starts_with("<!DOCTYPE html>\n"));
         assert!(!html.contains("http:") && !html.contains("https:"));
         assert!(!html.contains("src=") && !html.contains("<link"));

@@ -74,6 +74,82 @@ pub fn kernels(
         .collect()
 }
 
+/// One group of stages ([`crate::te::Group`]) with what [`crate::schedule::group::describe`]
+/// predicts of it.
+#[derive(Clone, Debug)]
+pub struct GroupReport {
+    /// The group.
+    pub group: crate::te::Group,
+    /// Producer and consumer stage names.
+    pub names: (String, String),
+    /// Tiles, memory level, footprint and traffic.
+    pub info: crate::schedule::GroupInfo,
+}
+
+impl GroupReport {
+    /// `g<consumer>`, the group's task in the generated C.
+    pub fn name(&self) -> String {
+        format!("g{}", self.group.consumer)
+    }
+
+    /// `k10 Conv_16_0 -> k13 Relu_24_0`.
+    pub fn stages(&self) -> String {
+        format!(
+            "k{} {} -> k{} {}",
+            self.group.producer, self.names.0, self.group.consumer, self.names.1
+        )
+    }
+
+    /// Instances, tiles, the edge's memory level, footprint and traffic, on one line.
+    pub fn detail(&self) -> String {
+        let (g, i) = (&self.group, &self.info);
+        format!(
+            "{} instances of {:?} in {} slots; each reads {:?} of k{} at {}; {} KiB live; traffic {:.2} MB (apart {:.2} MB)",
+            g.instances,
+            i.tile,
+            g.slots,
+            i.region,
+            g.producer,
+            i.level,
+            i.footprint / 1024,
+            i.traffic as f64 / 1e6,
+            i.traffic_apart as f64 / 1e6,
+        )
+    }
+}
+
+/// Every group of a compiled model.
+pub fn groups(c: &Compiled) -> Vec<GroupReport> {
+    let p = &c.program;
+    let name = |b: u32| p.stage(b).map_or_else(String::new, |s| s.name.clone());
+    p.groups
+        .iter()
+        .map(|g| GroupReport {
+            group: g.clone(),
+            names: (name(g.producer), name(g.consumer)),
+            info: crate::schedule::group::describe(p, g),
+        })
+        .collect()
+}
+
+/// The groups section of `collage explain`: per group its stages, the instance tile of the
+/// consumer, the region of the producer one instance reads (one scratch slot), the memory level
+/// of that edge, and the predicted traffic with and without the group.
+pub fn render_groups(gs: &[GroupReport]) -> String {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "groups: {} (stages that run as one loop of instances, the producer's output in a per-thread scratch slot)",
+        gs.len()
+    )
+    .unwrap();
+    for g in gs {
+        writeln!(out, "  {}: {}", g.name(), g.stages()).unwrap();
+        writeln!(out, "      {}", g.detail()).unwrap();
+    }
+    out
+}
+
 /// Node names of `nodes`, with op types, shortened for a report line.
 fn node_list(g: &crate::ir::Graph, nodes: &[usize], max: usize) -> String {
     let mut names: Vec<String> = nodes
@@ -160,9 +236,31 @@ pub fn render_placement(c: &Compiled) -> String {
     out
 }
 
-/// The `explain --html` page: the graph coloured by backend and the partition table.
+/// The `explain --html` page: the graph coloured by backend, the partition table and the
+/// groups (their nodes outlined).
 pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
     let g = &c.graph;
+    // A stage is named after its (last) node: `<node>_<k>`.
+    let node_of = |stage: &str| {
+        let base = stage.rsplit_once('_').map_or(stage, |(b, _)| b);
+        g.nodes.iter().position(|n| n.name == base)
+    };
+    let groups = groups(c)
+        .iter()
+        .map(|r| {
+            let mut nodes: Vec<usize> = [&r.names.0, &r.names.1]
+                .into_iter()
+                .filter_map(|s| node_of(s))
+                .collect();
+            nodes.dedup();
+            html::GroupRow {
+                name: r.name(),
+                stages: r.stages(),
+                nodes,
+                detail: r.detail(),
+            }
+        })
+        .collect();
     let mut part_of = vec![0usize; g.nodes.len()];
     let mut backend_of = vec!["c"; g.nodes.len()];
     let mut parts = Vec::new();
@@ -255,6 +353,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
         nodes,
         edges,
         parts,
+        groups,
     }
 }
 

@@ -21,6 +21,6 @@ pub use expr::{
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
 pub use print::fnv64;
-pub use program::{BufId, BufKind, Buffer, Program, PANEL};
+pub use program::{BufId, BufKind, Buffer, Group, Program, PANEL};
 pub(crate) use simplify::affine_terms;
 pub use simplify::{simplify, simplify_stage};

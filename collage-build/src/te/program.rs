@@ -87,6 +87,39 @@ pub struct Program {
     pub input_names: Vec<String>,
     /// The names of the model's outputs.
     pub output_names: Vec<String>,
+    /// Stages fused into groups that run one instance at a time (`schedule::group` plans them,
+    /// the code generator emits each as one parallel loop).
+    pub groups: Vec<Group>,
+}
+
+/// Two stages that run as one loop of instances (GraphTurbo §3–4): each instance is a range of
+/// the consumer's output columns (its last dimension); the producer computes, into a scratch
+/// slot of the arena, the part of its output the instance reads, and the consumer then computes
+/// the instance from that slot while it is still in the core's cache. Instances are split over
+/// at most `slots` threads at once. The producer's buffer holds `slots` slots instead of its
+/// whole output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// The stage whose output lives only in scratch slots: an injective stage stored in column
+    /// panels ([`PANEL`]), read by nothing but the consumer.
+    pub producer: BufId,
+    /// The register-blocked contraction that reads the producer along its row.
+    pub consumer: BufId,
+    /// Columns per instance: a multiple of [`PANEL`] and of the consumer's register tile.
+    pub cols: usize,
+    /// Instances (the consumer's columns over `cols`, rounded up).
+    pub instances: usize,
+    /// Scratch slots: at most this many instances are in flight at once.
+    pub slots: usize,
+}
+
+impl Group {
+    /// Bytes of one slot: the producer's panels for one instance.
+    pub fn slot_bytes(&self, producer: &Buffer) -> usize {
+        let n = *producer.ty.shape.last().unwrap_or(&1);
+        let rows = producer.ty.numel() / n.max(1);
+        rows * self.cols * producer.ty.dtype.size()
+    }
 }
 
 impl Program {
@@ -114,6 +147,16 @@ impl Program {
         match &self.bufs[b as usize].kind {
             BufKind::Stage(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// Bytes buffer `b` takes in the arena: its stored size, or for a group's producer its
+    /// scratch slots.
+    pub fn arena_bytes(&self, b: BufId) -> usize {
+        let buf = &self.bufs[b as usize];
+        match self.groups.iter().find(|g| g.producer == b) {
+            Some(g) => g.slots * g.slot_bytes(buf),
+            None => buf.stored_size(),
         }
     }
 

@@ -1,0 +1,186 @@
+//! Coarse-grained scheduling (GraphTurbo §3–4): stages grouped into one loop of instances.
+//!
+//! The group formed today is a materialised injective producer stored in column panels (an
+//! im2col buffer) and the one register-blocked contraction that reads it along its row (the
+//! convolution's GEMM). Split information: the consumer's last output dimension splits into
+//! instances of `cols` columns, whole panels of the producer and whole register tiles of the
+//! consumer; every other dimension stays whole. Tile propagation
+//! ([`fusion::tile::propagate`](crate::fusion::tile::propagate)) gives what one instance reads
+//! of the producer: every row of `cols` columns, one slot. An instance fills its slot and the
+//! consumer computes its columns from it while the slot is still in the core's L2, so the
+//! producer's output never goes to memory and is never read back. Instances are bound to at most
+//! [`MAX_SLOTS`] threads at once, each with its own slot of the arena; the producer's buffer is
+//! those slots, not its whole output.
+use crate::fusion::tile::{footprint, propagate};
+use crate::target::Target;
+use crate::te::{BufId, BufKind, Exec, Expr, Group, Program, RedOp, Src, PANEL};
+
+/// The most scratch slots of a group (instances in flight at once, one per thread).
+pub const MAX_SLOTS: usize = 32;
+
+/// The fewest instances a group is formed with: its instances are all the parallelism the two
+/// stages keep, so fewer would idle the cores of a larger machine (a transformer's attention
+/// scores over 197 tokens would be 4 instances).
+pub const MIN_INSTANCES: usize = 16;
+
+/// Groups `p`'s stages. `tile_widths` gives, for a stage the code generator register-blocks,
+/// the widths (in columns) of its register tile in every instruction-set variant, and `None`
+/// for a stage it does not; instances are whole tiles of each.
+pub fn plan_groups(
+    p: &Program,
+    tile_widths: &dyn Fn(&Program, BufId) -> Option<Vec<usize>>,
+) -> Vec<Group> {
+    let target = Target::for_build();
+    let l2 = target.cpu().map_or(1 << 20, |c| c.l2);
+    let readers = p.readers();
+    let mut groups = Vec::new();
+    for (a, buf) in p.bufs.iter().enumerate() {
+        let BufKind::Stage(prod) = &buf.kind else {
+            continue;
+        };
+        let a = a as BufId;
+        let mut rs = readers[a as usize].clone();
+        rs.sort_unstable();
+        rs.dedup();
+        if prod.reduce.is_some()
+            || prod.exec != Exec::Generated
+            || !buf.packed
+            || p.outputs.contains(&a)
+            || rs.len() != 1
+        {
+            continue;
+        }
+        let b = rs[0];
+        let Some(cons) = p.stage(b) else { continue };
+        let rank = cons.ty.rank();
+        let ok_consumer = cons.exec == Exec::Generated
+            && cons.reduce.as_ref().is_some_and(|r| r.op == RedOp::Sum)
+            && rank >= 1
+            && buf.ty.shape.last() == cons.ty.shape.last()
+            && reads_along_row(&cons.body, a, rank as u32 - 1)
+            && !cons
+                .reduce
+                .as_ref()
+                .and_then(|r| r.finalize.as_ref())
+                .is_some_and(|f| f.sources().contains(&Src::Buf(a)));
+        if !ok_consumer {
+            continue;
+        }
+        let Some(widths) = tile_widths(p, b) else {
+            continue;
+        };
+        let cols = widths.iter().fold(PANEL, |c, &w| lcm(c, w.max(1)));
+        let n = cons.ty.shape[rank - 1];
+        let instances = n.div_ceil(cols);
+        // The instance's tile of the consumer and what it reads: one slot of the producer must
+        // be all of its rows over the instance's columns, and the whole step must fit in L2.
+        let mut tile = cons.ty.shape.clone();
+        tile[rank - 1] = cols.min(n);
+        let region = propagate(p, cons, &tile, None);
+        let slot_ok = region.iter().any(|r| {
+            r.buf == a && {
+                let s = &buf.ty.shape;
+                r.extents.len() == s.len()
+                    && r.extents[..s.len() - 1] == s[..s.len() - 1]
+                    && r.extents[s.len() - 1] == cols.min(n)
+            }
+        });
+        if instances < MIN_INSTANCES || !slot_ok || footprint(p, cons, &tile, None) > l2 / 2 {
+            continue;
+        }
+        groups.push(Group {
+            producer: a,
+            consumer: b,
+            cols,
+            instances,
+            slots: instances.min(MAX_SLOTS),
+        });
+    }
+    groups
+}
+
+/// Whether every load of `a` in `body` walks the row (`Var(row)` last, nowhere else), as a
+/// panel-packed operand of a register-blocked contraction is read.
+fn reads_along_row(body: &Expr, a: BufId, row: u32) -> bool {
+    let mut any = false;
+    let mut ok = true;
+    body.visit(&mut |e| match e {
+        Expr::Load(Src::Buf(b), idx) if *b == a => {
+            any = true;
+            ok &= idx.last() == Some(&Expr::Var(row))
+                && idx[..idx.len() - 1].iter().all(|i| {
+                    let mut uses = false;
+                    i.visit(&mut |x| uses |= *x == Expr::Var(row));
+                    !uses
+                });
+        }
+        Expr::LoadFlat(Src::Buf(b), _) if *b == a => ok = false,
+        _ => {}
+    });
+    any && ok
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut x: usize, mut y: usize| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    a / gcd(a, b) * b
+}
+
+/// What `collage explain` shows of a group: the consumer's instance tile, the producer's region
+/// one instance reads (propagated backwards), the memory level of the edge between them, the
+/// bytes one instance keeps live, and the predicted memory traffic with and without the group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// The consumer's output extents per instance.
+    pub tile: Vec<usize>,
+    /// The producer's extents one instance reads (one slot).
+    pub region: Vec<usize>,
+    /// Bytes one instance step keeps live (its slot, the consumer's other operands, its output).
+    pub footprint: usize,
+    /// Where the producer's slot stays between being written and read: `L2` when the step fits
+    /// half of L2, else `L3`.
+    pub level: &'static str,
+    /// Predicted memory traffic in bytes of the two stages as a group: the producer's inputs,
+    /// the consumer's other operands per instance, its output.
+    pub traffic: usize,
+    /// The same two stages apart: the producer's output also goes to memory and comes back.
+    pub traffic_apart: usize,
+}
+
+/// [`GroupInfo`] of `g` in `p`.
+pub fn describe(p: &Program, g: &Group) -> GroupInfo {
+    let cons = p.stage(g.consumer).expect("a group's consumer is a stage");
+    let prod = p.stage(g.producer).expect("a group's producer is a stage");
+    let rank = cons.ty.rank();
+    let mut tile = cons.ty.shape.clone();
+    tile[rank - 1] = g.cols.min(tile[rank - 1]);
+    let regions = propagate(p, cons, &tile, None);
+    let region = regions
+        .iter()
+        .find(|r| r.buf == g.producer)
+        .map_or_else(|| prod.ty.shape.clone(), |r| r.extents.clone());
+    let others: usize = regions
+        .iter()
+        .filter(|r| r.buf != g.producer)
+        .map(|r| r.bytes())
+        .sum();
+    let prod_in: usize = propagate(p, prod, &prod.ty.shape, None)
+        .iter()
+        .map(|r| r.bytes())
+        .sum();
+    let foot = footprint(p, cons, &tile, None);
+    let l2 = Target::for_build().cpu().map_or(1 << 20, |c| c.l2);
+    let traffic = prod_in + g.instances * others + cons.ty.bytes();
+    GroupInfo {
+        tile,
+        region,
+        footprint: foot,
+        level: if foot <= l2 / 2 { "L2" } else { "L3" },
+        traffic,
+        traffic_apart: traffic + 2 * prod.ty.bytes(),
+    }
+}
