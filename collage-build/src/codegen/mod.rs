@@ -251,6 +251,20 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     (places, weights, plan.size)
 }
 
+/// The layout and grouping decisions on a fused program, the same for a whole model and for the
+/// candidates the placement search prices: weight packing ([`c::pack_weights`]) and groups
+/// ([`crate::schedule::plan_groups`]). Debugging knobs: `COLLAGE_NO_PACK` (neither),
+/// `COLLAGE_NO_GROUPS` (no groups).
+pub fn layout_and_group(p: &mut Program) {
+    if std::env::var_os("COLLAGE_NO_PACK").is_some() {
+        return;
+    }
+    c::pack_weights(p);
+    if std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
+        p.groups = crate::schedule::plan_groups(p, &c::tile_widths);
+    }
+}
+
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
 /// `assign`: lowering, fusion, memory placement, C code.
 pub fn compile_assigned(g: Graph, symbol: &str, assign: NodeAssign) -> Result<Compiled> {
@@ -278,13 +292,7 @@ pub fn compile_scheduled(
             }
         }
     }
-    if std::env::var_os("COLLAGE_NO_PACK").is_none() {
-        c::pack_weights(&mut p);
-        // Debugging knob: COLLAGE_NO_GROUPS compiles every stage on its own.
-        if std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
-            p.groups = crate::schedule::plan_groups(&p, &c::tile_widths);
-        }
-    }
+    layout_and_group(&mut p);
     let (places, weights, arena_size) = place(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {

@@ -12,7 +12,7 @@ use std::fmt::Write;
 use crate::codegen::c::{schedule_of, Schedule};
 use crate::codegen::Compiled;
 use crate::tune::measure;
-use crate::tune::price::{estimate_us, kernel_key};
+use crate::tune::price::{kernel_estimate_us, kernel_key};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
 
 pub mod html;
@@ -66,7 +66,7 @@ pub fn kernels(
                     .then(|| crate::schedule::Schedule::of(st, 16)),
                 output: p.bufs[id as usize].ty.to_string(),
                 work: st.work(),
-                estimate_us: estimate_us(p, st),
+                estimate_us: kernel_estimate_us(p, id),
                 key,
                 measured,
             }

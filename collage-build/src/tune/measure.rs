@@ -94,10 +94,11 @@ fn nearest_rank(v: &[f64], q: f64) -> f64 {
     v[rank - 1]
 }
 
-/// The stage buffers of `p`, in program order.
+/// The kernels of `p`, by their stage buffers in program order: every stage but a group's
+/// producer, which runs inside its consumer's kernel ([`kernel_program`]).
 pub fn stages(p: &Program) -> Vec<BufId> {
     (0..p.bufs.len() as BufId)
-        .filter(|&b| p.stage(b).is_some())
+        .filter(|&b| p.stage(b).is_some() && !p.groups.iter().any(|g| g.producer == b))
         .collect()
 }
 
@@ -119,10 +120,27 @@ pub(crate) fn stage_sources(st: &Stage) -> Vec<BufId> {
     ids
 }
 
+/// The operands of kernel `stage` of `p` ([`stages`]), sorted: what its stage reads, and for a
+/// group's consumer what its producer reads in place of the producer.
+pub fn kernel_sources(p: &Program, stage: BufId) -> Vec<BufId> {
+    let st = p.stage(stage).expect("a stage");
+    let mut sources = stage_sources(st);
+    if let Some(g) = p.groups.iter().find(|g| g.consumer == stage) {
+        let prod = p.stage(g.producer).expect("a group's producer is a stage");
+        sources.retain(|&b| b != g.producer);
+        sources.extend(stage_sources(prod));
+        sources.sort_unstable();
+        sources.dedup();
+    }
+    sources
+}
+
 /// A program that computes only `stage` of `p`: every buffer the stage reads becomes a model input
 /// (in buffer order), except constants, which stay constants with their layout (`packed`, and the
 /// transposition already applied by weight packing); the stage, with its body, reduction and
 /// `materialize` flag and its `packed` flag, is the only output. `Src::Buf` ids are remapped.
+/// The consumer of a group brings its producer and the group: what the producer reads becomes
+/// the inputs, and the kernel is the two stages run as one loop of instances.
 ///
 /// # Panics
 /// If `stage` is not a stage of `p`, or it reads a dead buffer (a fusion bug).
@@ -132,7 +150,9 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
         .unwrap_or_else(|| panic!("buffer {stage} is not a stage"));
     let mut k = Program::default();
     let mut map: HashMap<BufId, BufId> = HashMap::new();
-    for b in stage_sources(st) {
+    // A group's consumer: its kernel computes the producer too (into its scratch slots).
+    let group = p.groups.iter().find(|g| g.consumer == stage);
+    for b in kernel_sources(p, stage) {
         let buf = &p.bufs[b as usize];
         let kind = match &buf.kind {
             BufKind::Const(t) => BufKind::Const(t.clone()),
@@ -151,10 +171,30 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
         });
         map.insert(b, k.bufs.len() as BufId - 1);
     }
+    // The producer's buffer comes next (it reads none of itself).
+    if let Some(g) = group {
+        map.insert(g.producer, k.bufs.len() as BufId);
+    }
     let remap = |s: Src| match s {
         Src::Buf(b) => Src::Buf(map[&b]),
         other => other,
     };
+    if let Some(g) = group {
+        let pb = &p.bufs[g.producer as usize];
+        let mut prod = p.stage(g.producer).expect("checked").clone();
+        prod.body = prod.body.map_src(&remap);
+        k.bufs.push(Buffer {
+            name: pb.name.clone(),
+            ty: pb.ty.clone(),
+            kind: BufKind::Stage(prod),
+            packed: pb.packed,
+        });
+        k.groups.push(crate::te::Group {
+            producer: k.bufs.len() as BufId - 1,
+            consumer: k.bufs.len() as BufId,
+            ..g.clone()
+        });
+    }
     let mut st = st.clone();
     st.body = st.body.map_src(&remap);
     if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
@@ -833,6 +873,9 @@ mod tests {
 
     #[test]
     fn kernel_program_keeps_one_stage_and_its_operands() {
+        // The convolution's im2col (1600 columns in panels) and its GEMM are a group: one kernel
+        // of two stages.
+        assert_eq!(conv().program.groups.len(), 1);
         for c in [mlp(), conv()] {
             let p = &c.program;
             let ids = stages(p);
@@ -844,7 +887,9 @@ mod tests {
                     .iter()
                     .filter(|b| matches!(b.kind, BufKind::Stage(_)))
                     .count();
-                assert_eq!(n_stages, 1);
+                let grouped = p.groups.iter().any(|g| g.consumer == s);
+                assert_eq!(n_stages, 1 + usize::from(grouped));
+                assert_eq!(k.groups.len(), usize::from(grouped));
                 let out = *k.outputs.last().unwrap();
                 assert_eq!(k.outputs, vec![out]);
                 assert_eq!(out as usize, k.bufs.len() - 1);
@@ -852,8 +897,8 @@ mod tests {
                 assert_eq!(k.bufs[out as usize].packed, p.bufs[s as usize].packed);
                 // The operands, in order: non-constants are inputs, constants stay constants with
                 // their layout.
-                let srcs = stage_sources(p.stage(s).unwrap());
-                assert_eq!(k.bufs.len(), srcs.len() + 1);
+                let srcs = kernel_sources(p, s);
+                assert_eq!(k.bufs.len(), srcs.len() + n_stages);
                 let mut n_in = 0;
                 for (j, &b) in srcs.iter().enumerate() {
                     let (orig, new) = (&p.bufs[b as usize], &k.bufs[j]);
@@ -870,10 +915,15 @@ mod tests {
                     }
                 }
                 assert_eq!(k.inputs.len(), n_in);
-                assert_eq!(
-                    stage_sources(k.stage(out).unwrap()),
-                    (0..srcs.len() as u32).collect::<Vec<_>>()
-                );
+                // The stages read the operands (and a group's consumer its producer).
+                let mut read: Vec<u32> = (0..k.bufs.len() as u32)
+                    .filter_map(|b| k.stage(b))
+                    .flat_map(stage_sources)
+                    .filter(|&b| k.stage(b).is_none())
+                    .collect();
+                read.sort_unstable();
+                read.dedup();
+                assert_eq!(read, (0..srcs.len() as u32).collect::<Vec<_>>());
             }
         }
         // The matmul reads the model input and the (packed) constant weight.
@@ -895,19 +945,20 @@ mod tests {
             consts[0].packed,
             "64 columns: the weight is stored in panels"
         );
-        // The convolution reads a packed im2col stage as a packed input.
-        let c = conv();
-        let packed_inputs: usize = stages(&c.program)
+        // Apart (not a group), the convolution reads a packed im2col stage as a packed input.
+        let mut p = conv().program;
+        p.groups.clear();
+        let packed_inputs: usize = stages(&p)
             .into_iter()
             .map(|s| {
-                let k = kernel_program(&c.program, s);
+                let k = kernel_program(&p, s);
                 k.inputs
                     .iter()
                     .filter(|&&b| k.bufs[b as usize].packed)
                     .count()
             })
             .sum();
-        assert!(packed_inputs >= 1, "{:?}", c.program);
+        assert!(packed_inputs >= 1, "{p:?}");
     }
 
     #[test]
@@ -922,7 +973,7 @@ mod tests {
             assert_eq!(hs.len(), ids.len());
             for (&s, h) in ids.iter().zip(hs.iter_mut()) {
                 let k = kernel_program(p, s);
-                let srcs = stage_sources(p.stage(s).unwrap());
+                let srcs = kernel_sources(p, s);
                 let mut i = 0;
                 for (j, &b) in srcs.iter().enumerate() {
                     if matches!(k.bufs[j].kind, BufKind::Input(_)) {

@@ -61,7 +61,15 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
     let mut stage_text = String::new();
     for b in &k.bufs {
         match &b.kind {
-            BufKind::Stage(st) => stage_text = st.canonical_text(),
+            // A group's kernel is its producer and its consumer.
+            BufKind::Stage(st) if stage_text.is_empty() => stage_text = st.canonical_text(),
+            BufKind::Stage(st) => {
+                stage_text = format!(
+                    "group {} {stage_text} -> {}",
+                    k.groups.len(),
+                    st.canonical_text()
+                )
+            }
             BufKind::Dead => {}
             _ => {
                 inputs.push(b.ty.to_string());
@@ -83,6 +91,18 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
     let output = p.bufs[id as usize].ty.to_string();
     let backend = p.stage(id).map_or("c", |s| s.exec.backend());
     Key::new(target.clone(), backend, signature, inputs, [output])
+}
+
+/// The analytic estimate of kernel `id` of `p` ([`measure::stages`]): its stage's, and for a
+/// group's consumer its producer's too (the group's kernel runs both).
+pub fn kernel_estimate_us(p: &Program, id: u32) -> f64 {
+    let own = estimate_us(p, p.stage(id).expect("a stage"));
+    own + p
+        .groups
+        .iter()
+        .filter(|g| g.consumer == id)
+        .map(|g| estimate_us(p, p.stage(g.producer).expect("a stage")))
+        .sum::<f64>()
 }
 
 /// Rough single-thread throughput per schedule, in body evaluations per microsecond: the analytic
@@ -298,9 +318,7 @@ impl<'a> Pricer<'a> {
             return Some(p);
         }
         te::fuse(&mut p);
-        if std::env::var_os("COLLAGE_NO_PACK").is_none() {
-            codegen::c::pack_weights(&mut p);
-        }
+        codegen::layout_and_group(&mut p);
         Some(p)
     }
 
@@ -315,7 +333,7 @@ impl<'a> Pricer<'a> {
             let hit = self.cache.and_then(|c| c.get(&key));
             total += match hit {
                 Some(e) => e.median_us,
-                None => estimate_us(&p, p.stage(id).expect("a stage")),
+                None => kernel_estimate_us(&p, id),
             };
             all_measured &= hit.is_some();
             self.seen.entry(key).or_insert(hit.is_some());
