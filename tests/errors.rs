@@ -908,3 +908,94 @@ fn the_size_ceiling_is_configurable_and_checked_on_the_arena() {
     let e = collage_build::driver::compile(g, "t", &opts(4 << 20)).unwrap_err();
     assert!(e.to_string().contains("arena"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Findings of the fuzz targets (`fuzz/`, run by `.ci/fuzz`): each was a panic, hang or huge
+// allocation on a model file, and is a clean error now.
+
+/// Every operator with fewer (or more) inputs than its schema allows: the elementwise family
+/// indexed its inputs unchecked (`Sub(x)` panicked in lowering, found by `onnx_import`).
+#[test]
+fn every_operator_with_a_wrong_input_count_is_an_error_not_a_panic() {
+    let mut failures = Vec::new();
+    for op in collage_build::ops::registered() {
+        for n in 0..=6 {
+            let inputs = vec!["x"; n];
+            let bytes = one_node(op, Some(&[2, 3]), &inputs, vec![], vec![]);
+            match try_compile(&bytes) {
+                Ok(Ok(())) | Ok(Err(_)) => {}
+                Err(p) => failures.push(format!("{op} with {n} inputs panicked: {p}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_binary_operator_with_one_input_names_the_node_and_the_missing_input() {
+    let bytes = model(
+        vec![node("Sub", "the_sub", &["x"], &["y"])],
+        vec![vi("x", &[2, 3])],
+        &["y"],
+    );
+    let e = compile(&bytes).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Node { .. }), "{msg}");
+    assert!(
+        msg.contains("the_sub") && msg.contains("Sub") && msg.contains("input 1"),
+        "{msg}"
+    );
+    let bytes = model(
+        vec![node("Relu", "the_relu", &["x", "x"], &["y"])],
+        vec![vi("x", &[2, 3])],
+        &["y"],
+    );
+    let msg = compile(&bytes).unwrap_err().to_string();
+    assert!(
+        msg.contains("the_relu") && msg.contains("at most 1 input"),
+        "{msg}"
+    );
+}
+
+/// `model!` expressions nested (or chained) thousands deep: the recursive parsers (`syn`'s for
+/// the brackets of the file, the DSL's for its expressions) overflowed the stack (found by
+/// `dsl_parse`). Deeper than the limit is an error with a position.
+#[test]
+fn deeply_nested_dsl_expressions_are_errors_not_stack_overflows() {
+    use collage_build::frontend::dsl::parse_source;
+    let n = 20_000;
+    let bodies = [
+        format!("{}x", "-".repeat(n)),
+        format!("{}x{}", "(".repeat(n), ")".repeat(n)),
+        format!("{}x{}", "relu(".repeat(n), ")".repeat(n)),
+        vec!["x"; n].join(" + "),
+        vec!["x"; n].join(" * "),
+    ];
+    for body in &bodies {
+        let src = format!("collage::model! {{ Deep {{ input x: f32[2]; output y = {body}; }} }}");
+        let found = parse_source(&src, Path::new("deep.rs"));
+        assert_eq!(found.len(), 1);
+        let msg = match found.into_iter().next().unwrap() {
+            Ok(_) => panic!("{}...: parsed", &body[..20]),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            msg.contains("deep.rs:1:") && msg.contains("nested more than 256 levels"),
+            "{msg}"
+        );
+    }
+    // Long but shallow expressions and 200 `let`s in a row are fine.
+    let lets: String = (0..200)
+        .map(|i| format!("let v{} = relu(v{i} + x * 2.0);", i + 1))
+        .collect();
+    let src = format!(
+        "collage::model! {{ Long {{ input x: f32[2]; let v0 = {}; {lets} output y = v200; }} }}",
+        vec!["x"; 200].join(" + ")
+    );
+    let Ok(found) = parse_source(&src, Path::new("long.rs")).remove(0) else {
+        panic!("a long, shallow model does not parse");
+    };
+    let g = found.to_graph(Path::new(".")).unwrap();
+    compile_graph(g, "long").unwrap();
+}
+

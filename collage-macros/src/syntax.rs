@@ -219,7 +219,7 @@ impl Parse for Item {
             input.parse::<Token![=]>()?;
             Item::Let {
                 name,
-                expr: parse_expr(input, 0)?,
+                expr: parse_expr_tree(input)?,
             }
         } else if la.peek(Ident) {
             let kw: Ident = input.parse()?;
@@ -251,7 +251,7 @@ impl Parse for Item {
                     input.parse::<Token![=]>()?;
                     Item::Output {
                         name,
-                        expr: parse_expr(input, 0)?,
+                        expr: parse_expr_tree(input)?,
                     }
                 }
                 other => {
@@ -285,18 +285,44 @@ fn peek_bin(input: ParseStream) -> Option<(BinKind, u8)> {
     }
 }
 
-fn parse_expr(input: ParseStream, min_prec: u8) -> syn::Result<DExpr> {
-    let mut lhs = parse_unary(input)?;
+/// How deeply an expression may nest: parentheses, unary minus, call arguments and operands
+/// of binary operators all count, and so does every term of a chain like `a + b + c` (its tree
+/// is that deep). The parser and every later walk over the tree recurse, so a deeper expression
+/// is an error rather than a stack overflow of the compiler.
+pub const MAX_NESTING: usize = 256;
+
+fn too_deep(span: Span) -> syn::Error {
+    syn::Error::new(
+        span,
+        format!(
+            "expression nested more than {MAX_NESTING} levels deep: split it with `let` bindings"
+        ),
+    )
+}
+
+/// An expression; its tree is at most [`MAX_NESTING`] deep.
+fn parse_expr_tree(input: ParseStream) -> syn::Result<DExpr> {
+    Ok(parse_expr(input, 0, 1)?.0)
+}
+
+/// An expression of operators binding tighter than `min_prec`, and the height of its tree;
+/// `level` is how deeply the parser has recursed.
+fn parse_expr(input: ParseStream, min_prec: u8, level: usize) -> syn::Result<(DExpr, usize)> {
+    let (mut lhs, mut height) = parse_unary(input, level)?;
     while let Some((kind, prec)) = peek_bin(input) {
         if prec <= min_prec {
             break;
         }
         let span = input.span();
         let _: proc_macro2::TokenTree = input.parse()?;
-        let rhs = parse_expr(input, prec)?;
+        let (rhs, rhs_height) = parse_expr(input, prec, level + 1)?;
+        height = height.max(rhs_height) + 1;
+        if height > MAX_NESTING {
+            return Err(too_deep(span));
+        }
         lhs = DExpr::Bin(kind, Box::new(lhs), Box::new(rhs), span);
     }
-    Ok(lhs)
+    Ok((lhs, height))
 }
 
 fn parse_int_list(input: ParseStream) -> syn::Result<(Vec<i64>, Span)> {
@@ -319,32 +345,40 @@ fn parse_int_list(input: ParseStream) -> syn::Result<(Vec<i64>, Span)> {
     Ok((v, span))
 }
 
-fn parse_unary(input: ParseStream) -> syn::Result<DExpr> {
+/// A unary expression (a leaf, `-e`, `(e)` or a call) and the height of its tree.
+fn parse_unary(input: ParseStream, level: usize) -> syn::Result<(DExpr, usize)> {
+    if level > MAX_NESTING {
+        return Err(too_deep(input.span()));
+    }
     if input.peek(Token![-]) {
         let span = input.span();
         input.parse::<Token![-]>()?;
-        return Ok(DExpr::Neg(Box::new(parse_unary(input)?), span));
+        let (e, height) = parse_unary(input, level + 1)?;
+        if height >= MAX_NESTING {
+            return Err(too_deep(span));
+        }
+        return Ok((DExpr::Neg(Box::new(e), span), height + 1));
     }
     if input.peek(syn::token::Paren) {
         let content;
         parenthesized!(content in input);
-        return parse_expr(&content, 0);
+        return parse_expr(&content, 0, level + 1);
     }
     if input.peek(syn::token::Bracket) {
         let (v, span) = parse_int_list(input)?;
-        return Ok(DExpr::List(v, span));
+        return Ok((DExpr::List(v, span), 1));
     }
     if input.peek(LitFloat) {
         let l: LitFloat = input.parse()?;
-        return Ok(DExpr::Num(l.base10_parse()?, l.span()));
+        return Ok((DExpr::Num(l.base10_parse()?, l.span()), 1));
     }
     if input.peek(LitInt) {
         let l: LitInt = input.parse()?;
-        return Ok(DExpr::Num(l.base10_parse::<i64>()? as f64, l.span()));
+        return Ok((DExpr::Num(l.base10_parse::<i64>()? as f64, l.span()), 1));
     }
     let name: Ident = input.parse()?;
     if !input.peek(syn::token::Paren) {
-        return Ok(DExpr::Name(name));
+        return Ok((DExpr::Name(name), 1));
     }
     if op_type_of(&name.to_string()).is_none() {
         return Err(syn::Error::new(
@@ -363,6 +397,7 @@ fn parse_unary(input: ParseStream) -> syn::Result<DExpr> {
     parenthesized!(content in input);
     let mut args = Vec::new();
     let mut attrs = Vec::new();
+    let mut height = 0;
     while !content.is_empty() {
         if content.peek(Ident) && content.peek2(Token![=]) {
             let k: Ident = content.parse()?;
@@ -372,17 +407,25 @@ fn parse_unary(input: ParseStream) -> syn::Result<DExpr> {
             if !attrs.is_empty() {
                 return Err(content.error("positional arguments must come before attributes"));
             }
-            args.push(parse_expr(&content, 0)?);
+            let (arg, arg_height) = parse_expr(&content, 0, level + 1)?;
+            height = height.max(arg_height);
+            args.push(arg);
         }
         if !content.is_empty() {
             content.parse::<Token![,]>()?;
         }
     }
-    Ok(DExpr::Call {
-        func: name,
-        args,
-        attrs,
-    })
+    if height >= MAX_NESTING {
+        return Err(too_deep(name.span()));
+    }
+    Ok((
+        DExpr::Call {
+            func: name,
+            args,
+            attrs,
+        },
+        height + 1,
+    ))
 }
 
 fn parse_attr(input: ParseStream) -> syn::Result<AttrValue> {

@@ -39,6 +39,8 @@ pub struct Ew {
     p: Vec<f64>,
     /// Integer attribute (fmod, detect flags).
     n: i64,
+    /// The fewest and most inputs the operator takes (omitted optional ones counted).
+    arity: (usize, usize),
     f: Compute,
 }
 
@@ -66,7 +68,21 @@ fn ew(op_type: &'static str, types: &'static [DType], out: OutTy, f: Compute) ->
         out,
         p: vec![],
         n: 0,
+        arity: arity(op_type),
         f,
+    }
+}
+
+/// The input count of an operator of this family, as its ONNX schema gives it: the compute
+/// functions read the required inputs unchecked, so [`Ew::infer`] checks the count first.
+fn arity(op_type: &str) -> (usize, usize) {
+    match op_type {
+        "Add" | "Sub" | "Mul" | "Div" | "And" | "Or" | "Xor" | "Equal" | "Less" | "LessOrEqual"
+        | "Greater" | "GreaterOrEqual" | "Pow" | "Mod" | "PRelu" | "CastLike" => (2, 2),
+        "Max" | "Min" | "Sum" | "Mean" => (1, usize::MAX),
+        "Clip" => (1, 3),
+        "Where" => (3, 3),
+        _ => (1, 1),
     }
 }
 
@@ -86,6 +102,16 @@ impl Operator for Ew {
     }
 
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        let (min, max) = self.arity;
+        if cx.inputs.len() > max {
+            return Err(OpError::expected(
+                format!("at most {max} input{}", if max == 1 { "" } else { "s" }),
+                cx.inputs.len(),
+            ));
+        }
+        for i in 0..min {
+            cx.input(i)?;
+        }
         let first = if self.op_type == "Where" { 1 } else { 0 };
         let d0 = super::check_dtype(cx, first, self.types)?;
         if self.op_type == "Where" {

@@ -69,30 +69,71 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<(PathBuf, Vec<Result<Found>>)>> {
         if !text.contains("model!") {
             continue;
         }
-        let Ok(parsed) = syn::parse_file(&text) else {
-            continue;
-        };
-        let mut finder = MacroFinder { found: vec![] };
-        finder.visit_file(&parsed);
-        let models = finder
-            .found
-            .into_iter()
-            .map(|tokens| match syn::parse2::<ModelDef>(tokens.clone()) {
-                Ok(def) => {
-                    syntax::check(&def, &|_| None)
-                        .map_err(|e| dsl_err(&f, &def.name.to_string(), &e))?;
-                    Ok(Found {
-                        name: def.name.to_string(),
-                        file: f.clone(),
-                        def,
-                    })
-                }
-                Err(e) => Err(dsl_err(&f, "?", &e)),
-            })
-            .collect();
+        let models = parse_source(&text, &f);
         out.push((f, models));
     }
     Ok(out)
+}
+
+/// How deeply the brackets of a scanned source may nest. `syn` parses a file recursively, one
+/// level per bracket, so a deeper file is refused before it could overflow the stack.
+pub const MAX_SOURCE_NESTING: usize = 256;
+
+/// The DSL blocks (`model! { .. }`) of the Rust source `text`, each parsed and checked, in order;
+/// `file` names the source in errors. A file that is not valid Rust has none (rustc reports it);
+/// one whose brackets nest deeper than [`MAX_SOURCE_NESTING`] is one error.
+pub fn parse_source(text: &str, file: &Path) -> Vec<Result<Found>> {
+    // The lexer (and dropping its tokens) does not recurse: measure the nesting on its output.
+    if let Ok(tokens) = text.parse::<proc_macro2::TokenStream>() {
+        if let Some(span) = nested_deeper_than(tokens, MAX_SOURCE_NESTING) {
+            let e = syn::Error::new(
+                span,
+                format!("brackets nested more than {MAX_SOURCE_NESTING} levels deep"),
+            );
+            return vec![Err(dsl_err(file, "?", &e))];
+        }
+    }
+    let Ok(parsed) = syn::parse_file(text) else {
+        return Vec::new();
+    };
+    let mut finder = MacroFinder { found: vec![] };
+    finder.visit_file(&parsed);
+    finder
+        .found
+        .into_iter()
+        .map(|tokens| match syn::parse2::<ModelDef>(tokens) {
+            Ok(def) => {
+                syntax::check(&def, &|_| None)
+                    .map_err(|e| dsl_err(file, &def.name.to_string(), &e))?;
+                Ok(Found {
+                    name: def.name.to_string(),
+                    file: file.to_path_buf(),
+                    def,
+                })
+            }
+            Err(e) => Err(dsl_err(file, "?", &e)),
+        })
+        .collect()
+}
+
+/// The opening bracket of the first group nested deeper than `max` in `tokens`, if any.
+fn nested_deeper_than(tokens: proc_macro2::TokenStream, max: usize) -> Option<proc_macro2::Span> {
+    let mut stack = vec![tokens.into_iter()];
+    while let Some(level) = stack.last_mut() {
+        match level.next() {
+            Some(proc_macro2::TokenTree::Group(g)) => {
+                if stack.len() >= max {
+                    return Some(g.span_open());
+                }
+                stack.push(g.stream().into_iter());
+            }
+            Some(_) => {}
+            None => {
+                stack.pop();
+            }
+        }
+    }
+    None
 }
 
 fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
