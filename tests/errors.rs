@@ -957,9 +957,10 @@ fn a_binary_operator_with_one_input_names_the_node_and_the_missing_input() {
     );
 }
 
-/// `model!` expressions nested (or chained) thousands deep: the recursive parsers (`syn`'s for
-/// the brackets of the file, the DSL's for its expressions) overflowed the stack (found by
-/// `dsl_parse`). Deeper than the limit is an error with a position.
+/// `model!` expressions nested (or chained) thousands deep, and deep Rust around the blocks: the
+/// recursive parsers (`syn`'s for the file and the brackets of a block, the DSL's for its
+/// expressions) overflowed the stack (found by `dsl_parse`). A block deeper than the limit is an
+/// error with a position; the Rust around blocks is not parsed.
 #[test]
 fn deeply_nested_dsl_expressions_are_errors_not_stack_overflows() {
     use collage_build::frontend::dsl::parse_source;
@@ -984,6 +985,19 @@ fn deeply_nested_dsl_expressions_are_errors_not_stack_overflows() {
             "{msg}"
         );
     }
+    // Rust around the blocks that `syn`'s parser recursed into once per unary minus or `else
+    // if` (rustc compiles it): the blocks are found on the tokens, the rest is not parsed.
+    let src = format!(
+        "fn f(a: i32) -> i32 {{ let b = {}1; if a == 0 {{ 0 }} {} else {{ b }} }}\n\
+         collage::model! {{ Ok {{ input x: f32[2]; output y = relu(x); }} }}",
+        "-".repeat(n),
+        (1..n)
+            .map(|i| format!("else if a == {i} {{ {i} }}"))
+            .collect::<String>(),
+    );
+    let found = parse_source(&src, Path::new("deep_rust.rs"));
+    assert_eq!(found.len(), 1);
+    assert!(found[0].as_ref().is_ok_and(|f| f.name == "Ok"));
     // Long but shallow expressions and 200 `let`s in a row are fine.
     let lets: String = (0..200)
         .map(|i| format!("let v{} = relu(v{i} + x * 2.0);", i + 1))
@@ -999,3 +1013,30 @@ fn deeply_nested_dsl_expressions_are_errors_not_stack_overflows() {
     compile_graph(g, "long").unwrap();
 }
 
+/// One value read by thousands of nodes: the placement search labelled every state's boundary
+/// by a linear search per entry, so each state cost the square of the boundary (14 s for this
+/// 10,000-node model in release, 2.5 s after; found while bounding the fuzz targets' slowest
+/// units). The test checks that such a model places and compiles; its time is the fuzz targets'
+/// unit timeout's business, not a test's. Release builds only: debug is ten times slower.
+#[cfg(not(debug_assertions))]
+#[test]
+fn a_value_read_by_thousands_of_nodes_places_and_compiles() {
+    let branches = 5000;
+    let mut nodes = vec![node("Relu", "r", &["x"], &["r0"])];
+    for i in 0..branches {
+        nodes.push(node("Neg", &format!("n{i}"), &["r0"], &[&format!("b{i}")]));
+    }
+    let mut acc = "b0".to_string();
+    for i in 1..branches {
+        let out = format!("s{i}");
+        nodes.push(node(
+            "Add",
+            &format!("a{i}"),
+            &[&acc, &format!("b{i}")],
+            &[&out],
+        ));
+        acc = out;
+    }
+    let bytes = model(nodes, vec![vi("x", &[4, 4])], &[&acc]);
+    compile(&bytes).unwrap();
+}

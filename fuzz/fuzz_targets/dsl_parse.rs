@@ -4,7 +4,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: collage_fuzz::init(), |data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

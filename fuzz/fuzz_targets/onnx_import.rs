@@ -3,7 +3,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: collage_fuzz::init(), |data: &[u8]| {
     if let Ok(g) = collage_build::frontend::onnx::import_bytes(data, collage_fuzz::model_path()) {
         collage_fuzz::compile_to_source(g);
     }

@@ -49,6 +49,37 @@ pub fn compile_to_source(g: Graph) {
     );
 }
 
+/// Run once before fuzzing (`fuzz_target!(init: ..)`): gives the thread an alternate signal
+/// stack and marks SIGSEGV's handler to run on it, a flag libFuzzer keeps when it installs its
+/// own. Rust's runtime does this in its `main`, which a fuzz target (libFuzzer's `main`) never
+/// runs: without it a stack overflow kills the process with no report and no reproducer. A
+/// sanitizer that handles SIGSEGV already (AddressSanitizer) is left alone.
+pub fn init() {
+    const SIZE: usize = 1 << 18;
+    // SAFETY: plain libc calls on zeroed or filled-in structs; the alternate stack is leaked, so
+    // it lives as long as the process, and is big enough for libFuzzer's crash handler.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
+            return;
+        }
+        let stack: &'static mut [u8] = Box::leak(vec![0u8; SIZE].into_boxed_slice());
+        let ss = libc::stack_t {
+            ss_sp: stack.as_mut_ptr().cast(),
+            ss_flags: 0,
+            ss_size: SIZE,
+        };
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        sa.sa_flags = libc::SA_ONSTACK;
+        let ok = libc::sigaltstack(&ss, std::ptr::null_mut()) == 0
+            && libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) == 0;
+        assert!(ok, "cannot set up the alternate signal stack");
+    }
+}
+
 /// The largest single allocation a fuzz target may make. The inputs are at most 1 MiB and every
 /// tensor at most [`MAX_TENSOR_BYTES`], so an allocation this large means a size the compiler
 /// took from the input without checking it: the target aborts (a crash libFuzzer reports) instead

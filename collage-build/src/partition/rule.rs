@@ -8,7 +8,7 @@
 //!
 //! Patterns form a small dataflow language ([`Pattern`]) with a text form:
 //! `Relu(Add(MatMul(*, *[const]), *))`, `(Relu(*) | Sigmoid(*))`, `?(*)[kind=Broadcast]`.
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -478,7 +478,7 @@ impl Candidate {
     }
 
     /// What identifies a candidate inside one combine run.
-    fn key(&self) -> (IndexSet, Vec<CompositeRegion>) {
+    fn key(&self) -> Key {
         (self.sub_graph.inside().clone(), self.composites.clone())
     }
 }
@@ -773,6 +773,44 @@ impl fmt::Display for PartitionRule {
     }
 }
 
+/// What identifies a candidate inside one combine run: its nodes and composites.
+type Key = (IndexSet, Vec<CompositeRegion>);
+
+/// Where one combine round puts its new candidates: it refuses repeats of the run and stops at
+/// the run's cap. Whether a union is new or was refused before is asked before the union is built
+/// (a sub-graph's boundary, convexity and depth cost a walk over the graph each): joins of many
+/// candidates reach the same node sets over and over. The expanded ONNX rotary-embedding test
+/// (23 nodes after folding, the importer fuzz target's slowest seed) tries 3 million joins for
+/// 3,335 candidates.
+struct Fresh<'a> {
+    /// Keys of every candidate of the run.
+    seen: &'a mut HashSet<Key>,
+    /// Node sets found not convex or too deep in this run (a property of the set alone).
+    refused: &'a mut HashSet<IndexSet>,
+    /// How many more candidates the run holds.
+    room: usize,
+    /// This round's candidates.
+    out: Vec<Candidate>,
+}
+
+impl Fresh<'_> {
+    fn full(&self) -> bool {
+        self.out.len() >= self.room
+    }
+
+    /// Whether a candidate of `key` could still be added (not seen, not refused, room left).
+    fn wants(&self, key: &Key) -> bool {
+        !self.full() && !self.seen.contains(key) && !self.refused.contains(&key.0)
+    }
+
+    /// Adds `c` unless its key was seen or the round is full.
+    fn add(&mut self, c: Candidate) {
+        if !self.full() && self.seen.insert(c.key()) {
+            self.out.push(c);
+        }
+    }
+}
+
 /// The state of one combine round.
 struct Round<'a> {
     view: &'a DataflowView,
@@ -790,40 +828,62 @@ impl Round<'_> {
         i >= self.first_new
     }
 
-    /// The union of `parts` if they are disjoint, convex together and within the depth limit.
-    fn join(&self, parts: &[&Candidate]) -> Option<Candidate> {
+    /// Adds the union of `parts` if they are disjoint, convex together and within the depth
+    /// limit, and it is new.
+    fn join(&self, parts: &[&Candidate], fresh: &mut Fresh) {
         let mut inside = self.view.empty_set();
         for p in parts {
             if p.sub_graph.inside().intersects(&inside) {
-                return None;
+                return;
             }
             inside.union_with(p.sub_graph.inside());
+        }
+        // The key `merge` makes: the nodes, and the composites sorted without repeats.
+        let mut composites: Vec<CompositeRegion> = parts
+            .iter()
+            .flat_map(|p| p.composites.iter().cloned())
+            .collect();
+        composites.sort();
+        composites.dedup();
+        let key = (inside, composites);
+        if !fresh.wants(&key) {
+            return;
         }
         let mut merged = parts[0].clone();
         for p in &parts[1..] {
             merged = merged.merge(self.view, p);
         }
-        let ok = merged.sub_graph.is_convex()
-            && self.max_depth.is_none_or(|d| merged.sub_graph.depth() <= d);
-        ok.then_some(merged)
+        if self.fits(&merged.sub_graph) {
+            fresh.add(merged);
+        } else {
+            fresh.refused.insert(key.0);
+        }
+    }
+
+    /// Convex and within the depth limit.
+    fn fits(&self, sub_graph: &SubGraph) -> bool {
+        sub_graph.is_convex() && self.max_depth.is_none_or(|d| sub_graph.depth() <= d)
     }
 
     /// Pairwise joins of an upstream candidate with a downstream one reading it.
-    fn simple(&self, combiner: &Combiner, add: &mut dyn FnMut(Candidate)) {
+    fn simple(&self, combiner: &Combiner, fresh: &mut Fresh) {
         for (i, up) in self.all.iter().enumerate() {
-            let downs: BTreeSet<usize> = up
+            if fresh.full() {
+                return;
+            }
+            let mut downs: Vec<usize> = up
                 .sub_graph
                 .consumers()
                 .iter()
                 .flat_map(|c| self.entry_of[c].iter().copied())
                 .filter(|&j| j != i && (self.is_new(i) || self.is_new(j)))
                 .collect();
+            downs.sort_unstable();
+            downs.dedup();
             for j in downs {
                 let down = &self.all[j];
                 if combiner.fires(up, down) {
-                    if let Some(c) = self.join(&[up, down]) {
-                        add(c);
-                    }
+                    self.join(&[up, down], fresh);
                 }
             }
         }
@@ -831,7 +891,7 @@ impl Round<'_> {
 
     /// Joins of an injective consumer with one injective producer candidate per node feeding
     /// one of its multi-input entry nodes.
-    fn tuple_arg(&self, add: &mut dyn FnMut(Candidate)) {
+    fn tuple_arg(&self, fresh: &mut Fresh) {
         let n = self.view.len();
         let mut exit_of: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (j, c) in self.all.iter().enumerate() {
@@ -842,6 +902,9 @@ impl Round<'_> {
             }
         }
         for (i, consumer) in self.all.iter().enumerate() {
+            if fresh.full() {
+                return;
+            }
             if consumer.sub_graph.kind() > OpKind::Injective {
                 continue;
             }
@@ -882,16 +945,14 @@ impl Round<'_> {
                         continue;
                     }
                     let parts: Vec<&Candidate> = choice.iter().map(|&j| &self.all[j]).collect();
-                    if let Some(c) = self.join(&parts) {
-                        add(c);
-                    }
+                    self.join(&parts, fresh);
                 }
             }
         }
     }
 
     /// Joins of each new candidate with the constant-only nodes feeding it.
-    fn constant(&self, add: &mut dyn FnMut(Candidate)) {
+    fn constant(&self, fresh: &mut Fresh) {
         for c in &self.all[self.first_new..] {
             let consts: Vec<usize> = c
                 .sub_graph
@@ -906,12 +967,18 @@ impl Round<'_> {
             for p in consts {
                 inside.insert(p);
             }
-            let sub_graph = SubGraph::new(self.view, inside);
-            if sub_graph.is_convex() && self.max_depth.is_none_or(|d| sub_graph.depth() <= d) {
-                add(Candidate {
+            let key = (inside, c.composites.clone());
+            if !fresh.wants(&key) {
+                continue;
+            }
+            let sub_graph = SubGraph::new(self.view, key.0.clone());
+            if self.fits(&sub_graph) {
+                fresh.add(Candidate {
                     sub_graph,
                     ..c.clone()
                 });
+            } else {
+                fresh.refused.insert(key.0);
             }
         }
     }
@@ -924,7 +991,8 @@ fn combine(
     combiners: &[Combiner],
     max_depth: Option<usize>,
 ) -> Vec<Candidate> {
-    let mut seen: HashSet<(IndexSet, Vec<CompositeRegion>)> = HashSet::new();
+    let mut seen: HashSet<Key> = HashSet::new();
+    let mut refused: HashSet<IndexSet> = HashSet::new();
     let mut all: Vec<Candidate> = base.into_iter().filter(|c| seen.insert(c.key())).collect();
     let mut first_new = 0;
     while first_new < all.len() && all.len() < MAX_COMBINED_CANDIDATES {
@@ -941,20 +1009,20 @@ fn combine(
             max_depth,
             entry_of,
         };
-        let room = MAX_COMBINED_CANDIDATES - all.len();
-        let mut fresh: Vec<Candidate> = Vec::new();
-        let mut add = |c: Candidate| {
-            if fresh.len() < room && seen.insert(c.key()) {
-                fresh.push(c);
-            }
+        let mut fresh = Fresh {
+            seen: &mut seen,
+            refused: &mut refused,
+            room: MAX_COMBINED_CANDIDATES - all.len(),
+            out: Vec::new(),
         };
         for combiner in combiners {
             match combiner {
-                Combiner::AllSimple | Combiner::ByKind { .. } => round.simple(combiner, &mut add),
-                Combiner::TupleArg => round.tuple_arg(&mut add),
-                Combiner::Constant => round.constant(&mut add),
+                Combiner::AllSimple | Combiner::ByKind { .. } => round.simple(combiner, &mut fresh),
+                Combiner::TupleArg => round.tuple_arg(&mut fresh),
+                Combiner::Constant => round.constant(&mut fresh),
             }
         }
+        let mut fresh = fresh.out;
         first_new = all.len();
         fresh.sort();
         all.extend(fresh);

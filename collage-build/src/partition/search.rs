@@ -46,7 +46,7 @@
 //! [`evolve`] optionally refines a placement by evolutionary search against a score function that
 //! stands in for end-to-end measurement.
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fmt;
 
 use thiserror::Error;
@@ -756,15 +756,15 @@ struct State {
 type StateKey = (Vec<u64>, Vec<(usize, usize)>);
 
 fn state_key(prep: &Prepared<'_>, covered: &[u64], boundary: &[(usize, usize)]) -> StateKey {
-    let mut seen: Vec<usize> = Vec::new();
+    // Candidate -> its index by first appearance. A map, not a search of the list: a boundary
+    // can hold thousands of candidates (a value read by thousands of nodes), and a search made
+    // every state cost their square.
+    let mut seen: HashMap<usize, usize> = HashMap::with_capacity(boundary.len());
     let labels = boundary
         .iter()
         .map(|&(_, c)| {
-            let group = seen.iter().position(|&s| s == c).unwrap_or_else(|| {
-                seen.push(c);
-                seen.len() - 1
-            });
-            (prep.backend(c), group)
+            let next = seen.len();
+            (prep.backend(c), *seen.entry(c).or_insert(next))
         })
         .collect();
     (covered.to_vec(), labels)

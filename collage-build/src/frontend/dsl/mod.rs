@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use syn::visit::Visit;
+use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 
 use crate::error::{io_err, Error, Result};
 use crate::ir::{DType, Graph, Tensor, TensorType, ValueId};
@@ -42,22 +42,6 @@ fn dsl_err(file: &Path, model: &str, e: &syn::Error) -> Error {
     }
 }
 
-struct MacroFinder {
-    found: Vec<proc_macro2::TokenStream>,
-}
-
-impl<'ast> Visit<'ast> for MacroFinder {
-    fn visit_macro(&mut self, m: &'ast syn::Macro) {
-        if m.path.segments.last().is_some_and(|s| s.ident == "model") {
-            let has_block = m.tokens.clone().into_iter().any(|t| matches!(t, proc_macro2::TokenTree::Group(ref g) if g.delimiter() == proc_macro2::Delimiter::Brace));
-            if has_block {
-                self.found.push(m.tokens.clone());
-            }
-        }
-        syn::visit::visit_macro(self, m);
-    }
-}
-
 /// Every `.rs` file under `dir` (sorted) with the DSL blocks it contains.
 pub fn scan_dir(dir: &Path) -> Result<Vec<(PathBuf, Vec<Result<Found>>)>> {
     let mut files = Vec::new();
@@ -75,53 +59,118 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<(PathBuf, Vec<Result<Found>>)>> {
     Ok(out)
 }
 
-/// How deeply the brackets of a scanned source may nest. `syn` parses a file recursively, one
-/// level per bracket, so a deeper file is refused before it could overflow the stack.
-pub const MAX_SOURCE_NESTING: usize = 256;
+/// How deeply the brackets of a `model!` block may nest. `syn` builds its token buffer
+/// recursively, one level per bracket, so a deeper block is refused before it could overflow the
+/// stack.
+pub const MAX_BLOCK_NESTING: usize = 256;
 
 /// The DSL blocks (`model! { .. }`) of the Rust source `text`, each parsed and checked, in order;
-/// `file` names the source in errors. A file that is not valid Rust has none (rustc reports it);
-/// one whose brackets nest deeper than [`MAX_SOURCE_NESTING`] is one error.
+/// `file` names the source in errors. A file that does not lex as Rust tokens has none (rustc
+/// reports it).
+///
+/// The blocks are found on the file's tokens, not on a Rust syntax tree: `syn`'s parser recurses
+/// per nested expression, type or `else if`, and a deep one (20,000 unary minus signs, or a long
+/// generated `else if` chain, which rustc compiles) overflowed the stack of the build script.
+/// Like a syntax tree's macros, the tokens of other macros' inputs (`macro_rules!` bodies,
+/// `quote!`) and of attributes are not searched.
 pub fn parse_source(text: &str, file: &Path) -> Vec<Result<Found>> {
-    // The lexer (and dropping its tokens) does not recurse: measure the nesting on its output.
-    if let Ok(tokens) = text.parse::<proc_macro2::TokenStream>() {
-        if let Some(span) = nested_deeper_than(tokens, MAX_SOURCE_NESTING) {
-            let e = syn::Error::new(
-                span,
-                format!("brackets nested more than {MAX_SOURCE_NESTING} levels deep"),
-            );
-            return vec![Err(dsl_err(file, "?", &e))];
-        }
-    }
-    let Ok(parsed) = syn::parse_file(text) else {
+    let Ok(tokens) = without_shebang(text).parse::<TokenStream>() else {
         return Vec::new();
     };
-    let mut finder = MacroFinder { found: vec![] };
-    finder.visit_file(&parsed);
-    finder
-        .found
+    model_blocks(tokens)
         .into_iter()
-        .map(|tokens| match syn::parse2::<ModelDef>(tokens) {
-            Ok(def) => {
-                syntax::check(&def, &|_| None)
-                    .map_err(|e| dsl_err(file, &def.name.to_string(), &e))?;
-                Ok(Found {
-                    name: def.name.to_string(),
-                    file: file.to_path_buf(),
-                    def,
-                })
+        .map(|tokens| {
+            if let Some(span) = nested_deeper_than(tokens.clone(), MAX_BLOCK_NESTING) {
+                let e = syn::Error::new(
+                    span,
+                    format!("brackets nested more than {MAX_BLOCK_NESTING} levels deep"),
+                );
+                return Err(dsl_err(file, "?", &e));
             }
-            Err(e) => Err(dsl_err(file, "?", &e)),
+            let def = syn::parse2::<ModelDef>(tokens).map_err(|e| dsl_err(file, "?", &e))?;
+            syntax::check(&def, &|_| None).map_err(|e| dsl_err(file, &def.name.to_string(), &e))?;
+            Ok(Found {
+                name: def.name.to_string(),
+                file: file.to_path_buf(),
+                def,
+            })
         })
         .collect()
 }
 
+/// `text` without a byte order mark and a `#!` interpreter line (kept as an empty line, so that
+/// positions do not move), as `syn::parse_file` reads it.
+fn without_shebang(text: &str) -> &str {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    match text.strip_prefix("#!") {
+        Some(rest) if !rest.trim_start().starts_with('[') => {
+            text.find('\n').map_or("", |i| &text[i..])
+        }
+        _ => text,
+    }
+}
+
+/// The input of every `model!` invocation in `tokens` that holds a braced block, in order. The
+/// walk keeps its own stack: the lexer's tokens nest as deeply as the file's brackets.
+fn model_blocks(tokens: TokenStream) -> Vec<TokenStream> {
+    let mut found = Vec::new();
+    let mut stack: Vec<(Vec<TokenTree>, usize)> = vec![(tokens.into_iter().collect(), 0)];
+    while let Some((tts, i)) = stack.last_mut() {
+        let Some(tt) = tts.get(*i) else {
+            stack.pop();
+            continue;
+        };
+        let punct =
+            |k: usize, c: char| matches!(tts.get(k), Some(TokenTree::Punct(p)) if p.as_char() == c);
+        let group = |k: usize| match tts.get(k) {
+            Some(TokenTree::Group(g)) => Some(g.clone()),
+            _ => None,
+        };
+        match tt {
+            // `name! ( .. )`: a macro's input is only searched when it is `model!`'s.
+            TokenTree::Ident(name) if punct(*i + 1, '!') => {
+                let body = if name == "macro_rules" {
+                    *i + 3
+                } else {
+                    *i + 2
+                };
+                if let Some(g) = group(body) {
+                    let has_block = g.stream().into_iter().any(
+                        |t| matches!(t, TokenTree::Group(ref b) if b.delimiter() == Delimiter::Brace),
+                    );
+                    if name == "model" && has_block {
+                        found.push(g.stream());
+                    }
+                    *i = body + 1;
+                } else {
+                    *i += 1;
+                }
+            }
+            // Attributes: `#[..]` and `#![..]`.
+            TokenTree::Punct(p) if p.as_char() == '#' => {
+                let body = if punct(*i + 1, '!') { *i + 2 } else { *i + 1 };
+                *i = match group(body) {
+                    Some(g) if g.delimiter() == Delimiter::Bracket => body + 1,
+                    _ => *i + 1,
+                };
+            }
+            TokenTree::Group(g) => {
+                let inner = g.stream().into_iter().collect();
+                *i += 1;
+                stack.push((inner, 0));
+            }
+            _ => *i += 1,
+        }
+    }
+    found
+}
+
 /// The opening bracket of the first group nested deeper than `max` in `tokens`, if any.
-fn nested_deeper_than(tokens: proc_macro2::TokenStream, max: usize) -> Option<proc_macro2::Span> {
+fn nested_deeper_than(tokens: TokenStream, max: usize) -> Option<Span> {
     let mut stack = vec![tokens.into_iter()];
     while let Some(level) = stack.last_mut() {
         match level.next() {
-            Some(proc_macro2::TokenTree::Group(g)) => {
+            Some(TokenTree::Group(g)) => {
                 if stack.len() >= max {
                     return Some(g.span_open());
                 }
