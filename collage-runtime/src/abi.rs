@@ -174,6 +174,11 @@ pub enum Executor {
     /// Loops are split across the pool's threads and the caller.
     #[cfg(feature = "std")]
     Pool(crate::ThreadPool),
+    /// Loops are split across a pool shared with other executors, on any threads: their loops
+    /// take turns on it, one at a time (`Model::with_executor(Executor::Shared(pool.clone()))`
+    /// for several models served by one set of threads).
+    #[cfg(feature = "std")]
+    Shared(std::sync::Arc<crate::ThreadPool>),
 }
 
 impl Executor {
@@ -194,6 +199,8 @@ impl Executor {
             Executor::Serial => 1,
             #[cfg(feature = "std")]
             Executor::Pool(p) => p.threads(),
+            #[cfg(feature = "std")]
+            Executor::Shared(p) => p.threads(),
         }
     }
 
@@ -209,6 +216,8 @@ impl Executor {
             },
             #[cfg(feature = "std")]
             Executor::Pool(p) => p.raw(),
+            #[cfg(feature = "std")]
+            Executor::Shared(p) => p.raw(),
         }
     }
 }

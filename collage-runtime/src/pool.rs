@@ -1,12 +1,19 @@
 //! A small persistent thread pool for generated `parallel_for` loops.
 //!
 //! Workers are started once; a call publishes one job (a task pointer, its context and the range),
-//! every thread (the caller too) takes chunks from an atomic counter, and the caller waits until all
-//! chunks are done. No allocation happens per call. Workers spin briefly on the job counter before
-//! sleeping, and the caller spins before waiting, so back-to-back loops of one model run do not pay
-//! a sleep/wake-up each (tens of microseconds).
+//! every thread (the caller too) claims chunks from one atomic counter, and the caller waits until
+//! every chunk is done — not until every worker has looked: a worker the OS has not scheduled yet
+//! (another process on its core) costs nothing when the others took its share. The counter never
+//! goes back: job `k` owns the claims `[base_k, base_k + n_k)` and the next job starts where it
+//! ends, so a worker that wakes late with a finished job's description finds nothing left to claim
+//! and never runs a stale task. No allocation happens per call. Workers spin briefly on the job
+//! counter before sleeping, and the caller spins before waiting, so back-to-back loops of one model
+//! run do not pay a sleep/wake-up each (tens of microseconds); both yield their core now and then
+//! while spinning, so that a thread sharing it (the caller, or a worker with a chunk) runs.
+//!
+//! One pool may serve several models on several threads: calls take turns, one loop at a time.
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::vec::Vec;
@@ -17,8 +24,10 @@ use crate::abi::{RawRt, Task};
 struct Job {
     task: Task,
     ctx: *mut c_void,
-    n: i64,
-    chunk: i64,
+    /// The job's claims are `[base, base + n)` of [`Shared::next`]; iteration `i` is `i - base`.
+    base: u64,
+    n: u64,
+    chunk: u64,
 }
 
 struct State {
@@ -34,19 +43,33 @@ unsafe impl Send for State {}
 /// Spin iterations before a worker sleeps or the caller waits on a condition variable.
 const SPIN: u32 = 1 << 16;
 
+/// Spin iterations between two yields of the core.
+const YIELD_EVERY: u32 = 1 << 8;
+
+/// One spin of a wait loop: a pause, and every [`YIELD_EVERY`] spins a yield of the core.
+fn spin(spins: u32) {
+    if spins % YIELD_EVERY == YIELD_EVERY - 1 {
+        std::thread::yield_now();
+    } else {
+        core::hint::spin_loop();
+    }
+}
+
 struct Shared {
     state: Mutex<State>,
     /// Mirrors `State::generation` for lock-free polling.
     published: AtomicU64,
     /// Workers blocked on `start` (a call notifies only when some are).
     sleepers: AtomicUsize,
-    /// The caller is blocked on `done` (the last worker notifies only then).
+    /// The caller is blocked on `done` (the thread finishing the last chunk notifies only then).
     caller_waiting: AtomicBool,
     /// Workers that have started.
     started: AtomicUsize,
     start: Condvar,
-    next: AtomicI64,
-    busy: AtomicUsize,
+    /// The next claim: only ever grows (see [`Job::base`]).
+    next: AtomicU64,
+    /// Iterations of the current job done.
+    finished: AtomicU64,
     done_lock: Mutex<()>,
     done: Condvar,
 }
@@ -80,8 +103,8 @@ impl ThreadPool {
             caller_waiting: AtomicBool::new(false),
             started: AtomicUsize::new(0),
             start: Condvar::new(),
-            next: AtomicI64::new(0),
-            busy: AtomicUsize::new(0),
+            next: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             done_lock: Mutex::new(()),
             done: Condvar::new(),
         });
@@ -136,42 +159,37 @@ impl ThreadPool {
             return;
         }
         let _one_at_a_time = self.call.lock().unwrap_or_else(|e| e.into_inner());
-        let chunk = (n + threads * 4 - 1) / (threads * 4);
+        let n = n as u64;
+        let chunk = n.div_ceil(threads as u64 * 4).max(1);
         let sh = &*self.shared;
-        sh.next.store(0, Ordering::SeqCst);
-        sh.busy.store(self.workers.len(), Ordering::SeqCst);
+        // The last job's claims all succeeded (it finished), so the counter stands at its end.
+        let job = Job {
+            task,
+            ctx,
+            base: sh.next.load(Ordering::SeqCst),
+            n,
+            chunk,
+        };
+        sh.finished.store(0, Ordering::SeqCst);
         {
             let mut st = sh.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.job = Some(Job {
-                task,
-                ctx,
-                n,
-                chunk: chunk.max(1),
-            });
+            st.job = Some(job);
             st.generation += 1;
             sh.published.store(st.generation, Ordering::SeqCst);
         }
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
             sh.start.notify_all();
         }
-        run_chunks(
-            sh,
-            Job {
-                task,
-                ctx,
-                n,
-                chunk: chunk.max(1),
-            },
-        );
+        run_chunks(sh, job);
         let mut spins = 0;
-        while sh.busy.load(Ordering::SeqCst) != 0 && spins < SPIN {
-            core::hint::spin_loop();
+        while sh.finished.load(Ordering::SeqCst) != n && spins < SPIN {
+            spin(spins);
             spins += 1;
         }
-        if sh.busy.load(Ordering::SeqCst) != 0 {
+        if sh.finished.load(Ordering::SeqCst) != n {
             let mut g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
             sh.caller_waiting.store(true, Ordering::SeqCst);
-            while sh.busy.load(Ordering::SeqCst) != 0 {
+            while sh.finished.load(Ordering::SeqCst) != n {
                 g = sh.done.wait(g).unwrap_or_else(|e| e.into_inner());
             }
             sh.caller_waiting.store(false, Ordering::SeqCst);
@@ -181,15 +199,34 @@ impl ThreadPool {
     }
 }
 
+/// Claims and runs chunks of `job` until none is left. A claim is a compare-and-swap that never
+/// passes the job's end, so the counter ends exactly there, and a claim outside the job's range
+/// (the counter has moved on to a later job) fails.
 fn run_chunks(sh: &Shared, job: Job) {
+    let end = job.base + job.n;
+    let mut at = sh.next.load(Ordering::SeqCst);
     loop {
-        let b = sh.next.fetch_add(job.chunk, Ordering::SeqCst);
-        if b >= job.n {
-            break;
+        if at < job.base || at >= end {
+            return;
         }
-        let e = (b + job.chunk).min(job.n);
-        // SAFETY: see `ThreadPool::run`; ranges are disjoint.
-        unsafe { (job.task)(job.ctx, b, e) };
+        let to = (at + job.chunk).min(end);
+        match sh
+            .next
+            .compare_exchange_weak(at, to, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => {
+                // SAFETY: see `ThreadPool::run`: the caller blocks until every claimed chunk is
+                // done, which keeps `ctx` alive; claimed ranges are disjoint.
+                unsafe { (job.task)(job.ctx, (at - job.base) as i64, (to - job.base) as i64) };
+                let done = sh.finished.fetch_add(to - at, Ordering::SeqCst) + (to - at);
+                if done == job.n && sh.caller_waiting.load(Ordering::SeqCst) {
+                    let _g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
+                    sh.done.notify_all();
+                }
+                at = sh.next.load(Ordering::SeqCst);
+            }
+            Err(now) => at = now,
+        }
     }
 }
 
@@ -198,7 +235,7 @@ fn worker(sh: &Shared) {
     loop {
         let mut spins = 0;
         while sh.published.load(Ordering::SeqCst) == seen && spins < SPIN {
-            core::hint::spin_loop();
+            spin(spins);
             spins += 1;
         }
         let job = {
@@ -216,10 +253,6 @@ fn worker(sh: &Shared) {
         };
         if let Some(job) = job {
             run_chunks(sh, job);
-        }
-        if sh.busy.fetch_sub(1, Ordering::SeqCst) == 1 && sh.caller_waiting.load(Ordering::SeqCst) {
-            let _g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
-            sh.done.notify_all();
         }
     }
 }
@@ -240,6 +273,80 @@ impl Drop for ThreadPool {
         self.shared.start.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+    use std::vec::Vec;
+
+    /// Counts each iteration it is given, after a short wait (so that chunks are still running
+    /// on other threads when the caller's share is done).
+    unsafe extern "C" fn count(ctx: *mut c_void, begin: i64, end: i64) {
+        // SAFETY: every caller passes a `Vec<AtomicU32>` of at least `end` entries.
+        let hits = unsafe { &*(ctx as *const Vec<AtomicU32>) };
+        for h in &hits[begin as usize..end as usize] {
+            for _ in 0..100 {
+                core::hint::spin_loop();
+            }
+            h.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Runs `n` iterations on `pool` and checks each ran exactly once.
+    fn once_each(pool: &ThreadPool, n: usize) {
+        let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        let rt = pool.raw();
+        let ctx = &hits as *const Vec<AtomicU32> as *mut c_void;
+        // SAFETY: `count` reads `ctx` as the vector it is, which outlives the call.
+        unsafe { (rt.parallel_for)(rt.pool, n as i64, count, ctx) };
+        for (i, h) in hits.iter().enumerate() {
+            assert_eq!(h.load(Ordering::SeqCst), 1, "iteration {i} of {n}");
+        }
+    }
+
+    #[test]
+    fn every_iteration_runs_exactly_once() {
+        for threads in 1..=5 {
+            let pool = ThreadPool::new(threads);
+            for n in [0, 1, 2, 3, 7, 8, 9, 64, 100, 1000, 4097] {
+                for _ in 0..20 {
+                    once_each(&pool, n);
+                }
+            }
+        }
+    }
+
+    /// More threads than this machine has cores: workers are often not scheduled when a loop
+    /// starts or ends, and wake with a finished job's description.
+    #[test]
+    fn oversubscribed_pools_run_every_iteration_once() {
+        let pool = ThreadPool::new(12);
+        for i in 0..2000 {
+            once_each(&pool, 1 + i % 97);
+        }
+    }
+
+    /// One pool, loops from several threads at once: they take turns, each whole.
+    #[test]
+    fn a_shared_pool_serves_several_threads() {
+        let pool = Arc::new(ThreadPool::new(3));
+        let callers: Vec<_> = (0..4)
+            .map(|t| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    for i in 0..300 {
+                        once_each(&pool, 1 + (i * 7 + t) % 211);
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().expect("a caller thread");
         }
     }
 }

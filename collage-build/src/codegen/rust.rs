@@ -164,7 +164,12 @@ pub fn emit(c: &Compiled, weights_file: &str) -> String {
 
             /// A model instance whose loops run on `threads` threads (the caller included).
             pub fn with_threads(threads: usize) -> Self {
-                let exec = ::collage::runtime::Executor::with_threads(threads);
+                Self::with_executor(::collage::runtime::Executor::with_threads(threads))
+            }
+
+            /// A model instance whose loops run on `exec`: e.g. `Executor::Shared(pool)`, a
+            /// thread pool several models share.
+            pub fn with_executor(exec: ::collage::runtime::Executor) -> Self {
                 Model { arena: ::collage::runtime::Arena::new(Self::ARENA_SIZE), #lib_init exec }
             }
 
