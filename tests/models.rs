@@ -13,11 +13,19 @@ fn models_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/models"))
 }
 
-/// Checks `name` compiled with the default placement and, for every available library backend,
-/// with that backend forced first (`--greedy --backends LIB,c`), so each library computes every
-/// contraction it can take.
+/// Checks `name` compiled with the default placement, with generated code alone (`--backends
+/// c`: what a machine without the libraries runs, every convolution and fused group in generated
+/// code) and, for every available library backend, with that backend forced first (`--greedy
+/// --backends LIB,c`), so each library computes every contraction it can take.
 fn check(name: &str) {
     check_with(name, &Options::default());
+    check_with(
+        name,
+        &Options {
+            backends: "c".into(),
+            ..Options::default()
+        },
+    );
     for (_, opts) in common::library_first() {
         check_with(name, &opts);
     }

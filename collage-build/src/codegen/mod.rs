@@ -215,7 +215,16 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
 pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     let mut places = vec![Place::None; p.bufs.len()];
     let mut weights = Vec::new();
-    let readers = p.readers();
+    let mut readers = p.readers();
+    // A group's producer runs inside its consumer's task (`k<a>_fill` in `g<b>`): what it reads
+    // is read at the consumer's step, and must stay live until then.
+    for g in &p.groups {
+        for r in readers.iter_mut() {
+            if r.contains(&g.producer) && !r.contains(&g.consumer) {
+                r.push(g.consumer);
+            }
+        }
+    }
     let end = p.bufs.len();
     let mut intervals = Vec::new();
     let mut stage_ids = Vec::new();
