@@ -347,7 +347,11 @@ void collage_{symbol}_lib_free(void *lib) {{
     free(lib);
 }}
 static cl_{symbol}_lib cl_{symbol}_shared;
-static pthread_mutex_t cl_{symbol}_mutex = PTHREAD_MUTEX_INITIALIZER;"
+static pthread_mutex_t cl_{symbol}_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* Unloading the library (or the process ending) frees the process-wide state. */
+__attribute__((destructor)) static void cl_{symbol}_unload(void) {{
+    cl_dnnl_lib_clear(&cl_{symbol}_shared.L);
+}}"
     )
     .unwrap();
 }
