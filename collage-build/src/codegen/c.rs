@@ -65,6 +65,29 @@ typedef struct {
     const void *const *I;
 } collage_ctx;
 
+/* AddressSanitizer builds (COLLAGE_SANITIZE): before each stage the arena is poisoned but for the
+   buffers the stage reads and writes (CL_LIVE(arena bytes, offset, bytes, ...)), so that an access
+   past a buffer inside the one arena allocation is reported too. Nothing in other builds. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CL_ASAN 1
+#endif
+#endif
+#ifdef CL_ASAN
+#include <stddef.h>
+void __asan_poison_memory_region(void const volatile *addr, size_t size);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+static void cl_live(uint8_t *a, const size_t *r, size_t n) {
+    __asan_poison_memory_region(a, r[0]);
+    for (size_t i = 1; i + 1 < n; i += 2) __asan_unpoison_memory_region(a + r[i], r[i + 1]);
+}
+#define CL_LIVE(...) do { static const size_t cl_r_[] = {__VA_ARGS__}; cl_live(A, cl_r_, sizeof cl_r_ / sizeof cl_r_[0]); } while (0)
+#else
+#define CL_LIVE(...) do { } while (0)
+#endif
+
 #define CL_INT_OPS(T, S) \
 static inline T cl_abs_##S(T x) { return x < 0 ? (T)-x : x; } \
 static inline T cl_sign_##S(T x) { return (T)((x > 0) - (x < 0)); } \
@@ -568,13 +591,73 @@ type Windows<'a> = Option<(
     Box<dyn crate::backend::WindowCalls + 'a>,
 )>;
 
+/// The arena ranges (offset, bytes) stage `id` reads and writes, sorted: its own buffer and the
+/// arena buffers its body and finalize load, with a group's producer's for its consumer (one task
+/// runs both). What `CL_LIVE` leaves unpoisoned in a sanitised build.
+fn live_ranges(p: &Program, places: &[Place], id: u32) -> Vec<(usize, usize)> {
+    let reads = |b: u32| {
+        let st = p.stage(b).expect("a stage");
+        let mut srcs = st.body.sources();
+        if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+            srcs.extend(f.sources());
+        }
+        srcs.into_iter().filter_map(|s| match s {
+            Src::Buf(b) => Some(b),
+            _ => None,
+        })
+    };
+    let mut bufs: Vec<u32> = std::iter::once(id).chain(reads(id)).collect();
+    if let Some(g) = p.groups.iter().find(|g| g.consumer == id) {
+        bufs.push(g.producer);
+        bufs.extend(reads(g.producer));
+    }
+    let mut ranges: Vec<(usize, usize)> = bufs
+        .into_iter()
+        .filter_map(|b| match places[b as usize] {
+            Place::Arena(o) => Some((o, p.arena_bytes(b))),
+            _ => None,
+        })
+        .collect();
+    ranges.sort_unstable();
+    ranges.dedup();
+    ranges
+}
+
+/// The bytes of the arena `places` use (the end of its last buffer).
+fn arena_end(p: &Program, places: &[Place]) -> usize {
+    places
+        .iter()
+        .enumerate()
+        .filter_map(|(b, pl)| match pl {
+            Place::Arena(o) => Some(o + p.arena_bytes(b as u32)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The `CL_LIVE` line of `ranges` in an arena of `end` bytes.
+fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
+    let mut line = format!("    CL_LIVE({end}");
+    for (o, n) in ranges {
+        write!(line, ", {o}, {n}").unwrap();
+    }
+    line.push_str(");\n");
+    line
+}
+
 fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, windows: &Windows) {
     let mut calls = String::new();
+    let end = arena_end(p, places);
     for (i, b) in p.bufs.iter().enumerate() {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
         let id = i as u32;
+        // A group's producer runs inside its consumer's task.
+        if end > 0 && !p.groups.iter().any(|g| g.producer == id) {
+            calls.push_str(&live_line(end, &live_ranges(p, places, id)));
+        }
         // A library call computes the stage; what remains of its finalize (the fused
         // consumers) runs afterwards as an in-place loop.
         let rest = match &st.exec {
@@ -680,6 +763,9 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
     writeln!(out, "\nstatic void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
     writeln!(out, "    collage_ctx ctx = {{A, W, I}};\n    (void)rt;").unwrap();
     out.push_str(&calls);
+    if end > 0 {
+        out.push_str(&live_line(end, &[(0, end)]));
+    }
     out.push_str("}\n");
 }
 

@@ -15,6 +15,7 @@ pub fn c_compiler() -> String {
 /// The first line of `cc --version`, for the cost cache's target fingerprint.
 pub fn c_compiler_version() -> String {
     Command::new(c_compiler())
+        .env_remove("LD_PRELOAD")
         .arg("--version")
         .output()
         .ok()
@@ -36,8 +37,11 @@ pub fn probe_link(source: &str, libs: &[&str]) -> bool {
     }
     let src = dir.join("probe.c");
     let exe = dir.join("probe");
+    // Neither the compiler nor the probe runs under the sanitizers' runtimes the sanitiser job
+    // preloads into the test process (LeakSanitizer fails the compiler on its own leaks).
     let ok = std::fs::write(&src, source).is_ok()
         && Command::new(c_compiler())
+            .env_remove("LD_PRELOAD")
             .arg(&src)
             .arg("-o")
             .arg(&exe)
@@ -45,6 +49,7 @@ pub fn probe_link(source: &str, libs: &[&str]) -> bool {
             .output()
             .is_ok_and(|o| o.status.success())
         && Command::new(&exe)
+            .env_remove("LD_PRELOAD")
             .output()
             .is_ok_and(|o| o.status.success());
     let _ = std::fs::remove_dir_all(&dir);
@@ -82,6 +87,11 @@ const CFLAGS: [&str; 6] = [
 /// Compiles C source into a shared library at `out` (`-O2` unless `opt` says otherwise), linking
 /// the libraries its `collage-link` lines name.
 ///
+/// With `COLLAGE_SANITIZE` set (`address,undefined`, as `-fsanitize=` takes it), the library is
+/// compiled with those sanitizers, every report fatal ([`sanitizer_flags`]): the sanitiser job
+/// of CI (`.ci/sanitize`) runs the conformance and model tests so, the sanitizers' runtimes
+/// preloaded into the test process.
+///
 /// With `COLLAGE_CC_CACHE` set to a directory, libraries are kept there by the hash of their
 /// source, compiler and flags, and a source compiled before is copied instead of compiled again
 /// (benchmark scripts that build the same placement many times; the source is compared byte for
@@ -90,10 +100,11 @@ pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
     let source = std::fs::read_to_string(c_path).unwrap_or_default();
     let cached = std::env::var_os("COLLAGE_CC_CACHE").map(|dir| {
         let key = crate::te::fnv64(&format!(
-            "{}\0{}\0{opt} {}\0{source}",
+            "{}\0{}\0{opt} {} {}\0{source}",
             c_compiler(),
             c_compiler_version(),
-            CFLAGS.join(" ")
+            CFLAGS.join(" "),
+            sanitizer_flags().join(" ")
         ));
         let dir = PathBuf::from(dir);
         (
@@ -119,10 +130,33 @@ pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
     Ok(())
 }
 
+/// The flags `COLLAGE_SANITIZE` adds (none when it is unset or empty): the sanitizers, every
+/// report an abort (`-fno-sanitize-recover=all`, so that a test fails, not only prints), frame
+/// pointers and line tables for the reports' stacks.
+pub fn sanitizer_flags() -> Vec<String> {
+    match std::env::var("COLLAGE_SANITIZE") {
+        Ok(s) if !s.trim().is_empty() => vec![
+            format!("-fsanitize={}", s.trim()),
+            "-fno-sanitize-recover=all".into(),
+            "-fno-omit-frame-pointer".into(),
+            "-g".into(),
+        ],
+        _ => Vec::new(),
+    }
+}
+
 fn compile_shared(c_path: &Path, out: &Path, opt: &str, libs: &[String]) -> Result<()> {
+    let sanitizers = sanitizer_flags();
+    // Sanitised code at -O1, as the sanitizers' manuals advise: a report is about the source, not
+    // the optimiser, and big units compile in half the time.
+    let level = if sanitizers.is_empty() { opt } else { "-O1" };
     let res = Command::new(c_compiler())
-        .arg(opt)
+        .arg(level)
         .args(CFLAGS)
+        .args(sanitizers)
+        // The sanitiser job preloads the sanitizers' runtimes into the test process (a library
+        // built with them must find them loaded first); the compiler need not run under them.
+        .env_remove("LD_PRELOAD")
         .args(if opt == "-O1" {
             &["-DCOLLAGE_NO_DISPATCH"][..]
         } else {
