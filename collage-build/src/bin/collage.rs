@@ -64,6 +64,10 @@ enum Cmd {
         /// A file listing expected failures (`test  reason`): they are reported, not counted.
         #[arg(long)]
         expected_failures: Option<PathBuf>,
+        /// Every test folder of DIR, not only those scope.txt lists (the whole node suite;
+        /// `tests/support/node_suite.py` counts the outcome per category).
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -302,6 +306,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             jobs,
             filter,
             expected_failures,
+            all,
             place,
         } => {
             let opts = place.options()?;
@@ -310,7 +315,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 None => Vec::new(),
             };
             let work = work_dir("conformance");
-            let results = tools::conformance(&dir, jobs, filter.as_deref(), &work, &opts)?;
+            let results = tools::conformance(&dir, jobs, filter.as_deref(), all, &work, &opts)?;
             remove_work(&work);
             let (mut passed, mut failed, mut xfail, mut xpass) = (0, 0, 0, 0);
             for r in &results {

@@ -232,19 +232,39 @@ pub struct TestResult {
     pub failure: Option<String>,
 }
 
-/// Runs every test listed in `dir/scope.txt` on `jobs` threads; `filter` keeps names containing it.
+/// Runs every test listed in `dir/scope.txt` (with `all`, every test folder of `dir`) on `jobs`
+/// threads; `filter` keeps names containing it.
 pub fn conformance(
     dir: &Path,
     jobs: usize,
     filter: Option<&str>,
+    all: bool,
     work: &Path,
     opts: &Options,
 ) -> Result<Vec<TestResult>> {
-    let tests: Vec<String> = conformance_scope(dir)?
+    let tests = if all {
+        conformance_all(dir)?
+    } else {
+        conformance_scope(dir)?
+    };
+    let tests: Vec<String> = tests
         .into_iter()
         .filter(|n| filter.is_none_or(|f| n.contains(f)))
         .collect();
     conformance_tests(dir, &tests, jobs, work, opts)
+}
+
+/// Every node test of `dir` (its `test_*` folders holding a `model.onnx`), sorted.
+pub fn conformance_all(dir: &Path) -> Result<Vec<String>> {
+    let mut tests: Vec<String> = std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .flatten()
+        .filter(|e| e.path().join("model.onnx").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("test_"))
+        .collect();
+    tests.sort();
+    Ok(tests)
 }
 
 /// The in-scope node tests of `dir` (its `scope.txt`), in order.
