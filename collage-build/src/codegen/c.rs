@@ -595,17 +595,7 @@ type Windows<'a> = Option<(
 /// arena buffers its body and finalize load, with a group's producer's for its consumer (one task
 /// runs both). What `CL_LIVE` leaves unpoisoned in a sanitised build.
 fn live_ranges(p: &Program, places: &[Place], id: u32) -> Vec<(usize, usize)> {
-    let reads = |b: u32| {
-        let st = p.stage(b).expect("a stage");
-        let mut srcs = st.body.sources();
-        if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
-            srcs.extend(f.sources());
-        }
-        srcs.into_iter().filter_map(|s| match s {
-            Src::Buf(b) => Some(b),
-            _ => None,
-        })
-    };
+    let reads = |b: u32| p.stage(b).expect("a stage").reads();
     let mut bufs: Vec<u32> = std::iter::once(id).chain(reads(id)).collect();
     if let Some(g) = p.groups.iter().find(|g| g.consumer == id) {
         bufs.push(g.producer);

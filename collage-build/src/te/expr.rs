@@ -414,6 +414,19 @@ pub enum WindowKind {
 }
 
 impl Stage {
+    /// The buffers this stage loads (its body and its reduction's finalize), in order of
+    /// appearance, with repeats.
+    pub fn reads(&self) -> impl Iterator<Item = super::BufId> {
+        let mut srcs = self.body.sources();
+        if let Some(f) = self.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
+            srcs.extend(f.sources());
+        }
+        srcs.into_iter().filter_map(|s| match s {
+            Src::Buf(b) => Some(b),
+            _ => None,
+        })
+    }
+
     /// The number of body evaluations: output elements times reduction points.
     pub fn work(&self) -> usize {
         self.ty.numel()

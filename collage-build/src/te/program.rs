@@ -165,16 +165,10 @@ impl Program {
         let mut r = vec![Vec::new(); self.bufs.len()];
         for (i, b) in self.bufs.iter().enumerate() {
             if let BufKind::Stage(st) = &b.kind {
-                let mut srcs = st.body.sources();
-                if let Some(f) = st.reduce.as_ref().and_then(|r| r.finalize.as_ref()) {
-                    srcs.extend(f.sources());
-                }
-                for s in srcs {
-                    if let Src::Buf(k) = s {
-                        let v: &mut Vec<BufId> = &mut r[k as usize];
-                        if v.last() != Some(&(i as BufId)) {
-                            v.push(i as BufId);
-                        }
+                for k in st.reads() {
+                    let v: &mut Vec<BufId> = &mut r[k as usize];
+                    if v.last() != Some(&(i as BufId)) {
+                        v.push(i as BufId);
                     }
                 }
             }
