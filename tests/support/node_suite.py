@@ -7,7 +7,8 @@ control flow, sequence, optional, string, random, quantised, other).
 Usage (after .ci/run generated the tests, from the repository root):
 
     cargo build --release -p collage-build
-    .venv/bin/python tests/support/node_suite.py [DIR] [--jobs N] [--failures]
+    .venv/bin/python tests/support/node_suite.py [DIR] [--jobs N] [--failures] [--backends c]
+        [--write-passing tests/expected_failures/beyond_scope_passing.txt]
 
 Prints a Markdown table; `--failures` also lists every failing test with its reason.
 """
@@ -22,6 +23,10 @@ parser = argparse.ArgumentParser()
 parser.add_argument("dir", nargs="?", default="target/onnx-node-tests")
 parser.add_argument("--jobs", default="2")
 parser.add_argument("--failures", action="store_true")
+parser.add_argument("--backends", default="c")
+parser.add_argument("--write-passing", metavar="FILE",
+                    help="write the passing tests outside scope.txt to FILE (the list "
+                         "tests/conformance.rs checks: tests/expected_failures/beyond_scope_passing.txt)")
 opts = parser.parse_args()
 test_dir = opts.dir
 shared = os.environ.get("SHARED", "../shared")
@@ -74,7 +79,8 @@ with open(os.path.join(shared, "conformance/inference_ops.txt")) as f:
             PROMISED.update(w[1:])
 
 
-out = subprocess.run(["target/release/collage", "conformance", test_dir, "--all", "--jobs", opts.jobs],
+out = subprocess.run(["target/release/collage", "conformance", test_dir, "--all", "--jobs", opts.jobs,
+                      "--backends", opts.backends],
                      capture_output=True, text=True)
 failures = {}
 for line in out.stdout.splitlines():
@@ -99,3 +105,11 @@ if opts.failures:
     for t in tests:
         if t in failures:
             print(f"FAIL {t} [{category(t)}] {failures[t][:200]}")
+if opts.write_passing:
+    with open(opts.write_passing, "w") as f:
+        f.write("# Node tests outside scope.txt that pass on `c` (tests/conformance.rs,\n"
+                "# onnx_node_tests_beyond_scope). Regenerate with tests/support/node_suite.py "
+                "--write-passing.\n")
+        for t in tests:
+            if t not in scope and t not in failures:
+                f.write(t + "\n")

@@ -96,12 +96,20 @@ static inline T cl_min_##S(T a, T b) { return a < b ? a : b; } \
 static inline T cl_div_##S(T a, T b) { return b == 0 ? 0 : (T)(a / b); } \
 static inline T cl_fmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); } \
 static inline T cl_mod_##S(T a, T b) { if (b == 0) return 0; T r = (T)(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; } \
+static inline T cl_shl_##S(T a, T b) { return (b < 0 || (uint64_t)b >= 8 * sizeof(T)) ? 0 : (T)((uint64_t)a << b); } \
+static inline T cl_shr_##S(T a, T b) { return (b < 0 || (uint64_t)b >= 8 * sizeof(T)) ? (T)(a < 0 ? -1 : 0) : (T)(a >> b); } \
 static inline T cl_pow_##S(T a, T b) { if (b < 0) return (T)pow((double)a, (double)b); T r = 1; while (b) { if (b & 1) r = (T)(r * a); a = (T)(a * a); b >>= 1; } return r; }
 CL_INT_OPS(int64_t, i64)
 static inline int64_t cl_floordiv_i64(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t cl_ceildiv_i64(int64_t a, int64_t b) { return -cl_floordiv_i64(-a, b); }
 CL_INT_OPS(int32_t, i32)
 CL_INT_OPS(uint8_t, bool)
+CL_INT_OPS(int8_t, i8)
+CL_INT_OPS(uint8_t, u8)
+CL_INT_OPS(int16_t, i16)
+CL_INT_OPS(uint16_t, u16)
+CL_INT_OPS(uint32_t, u32)
+CL_INT_OPS(uint64_t, u64)
 
 #define CL_FLOAT_OPS(T, S) \
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
@@ -167,14 +175,14 @@ typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
 #define cl_vmin(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ <= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
 "#;
 
+/// Integer types narrower than C's int, which C's arithmetic promotes.
+fn narrow(d: DType) -> bool {
+    matches!(d, DType::I8 | DType::U8 | DType::I16 | DType::U16)
+}
+
+/// The suffix of the prelude's helpers for `d` (`cl_max_u8`, ...): its Rust name.
 fn suffix(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
-        DType::Bool => "bool",
-    }
+    d.rust_type()
 }
 
 fn scalar(s: Scalar) -> String {
@@ -197,6 +205,11 @@ fn scalar(s: Scalar) -> String {
         Scalar::I32(i32::MIN) => "INT32_MIN".into(),
         Scalar::I32(v) => format!("((int32_t){v})"),
         Scalar::Bool(v) => format!("((uint8_t){})", v as u8),
+        Scalar::U64(v) => format!("UINT64_C({v})"),
+        Scalar::U32(v) => format!("UINT32_C({v})"),
+        // The other integers fit an int: a cast of the literal (the minimum of each is
+        // representable as a negative int literal).
+        i => format!("(({}){})", i.dtype().c_type(), i.as_int()),
     }
 }
 
@@ -278,11 +291,15 @@ impl Emitter<'_> {
             }
         };
         match op {
+            // C computes on 8- and 16-bit integers as int: the result is wrapped to the type
+            // (as a stage's store would), so that a fused consumer sees the same value.
+            UnOp::Neg if narrow(d) => format!("(({})(-{x}))", d.c_type()),
             UnOp::Neg => format!("(-{x})"),
             UnOp::Abs if d.is_float() => f("fabs"),
             UnOp::Abs => format!("cl_abs_{}({x})", suffix(d)),
             UnOp::Sign => format!("cl_sign_{}({x})", suffix(d)),
             UnOp::Not => format!("((uint8_t)!{x})"),
+            UnOp::BitNot => format!("(({})~{x})", d.c_type()),
             UnOp::IsNaN => format!("((uint8_t)isnan({x}))"),
             UnOp::IsPosInf => format!("((uint8_t)(isinf({x}) && {x} > 0))"),
             UnOp::IsNegInf => format!("((uint8_t)(isinf({x}) && {x} < 0))"),
@@ -299,7 +316,13 @@ impl Emitter<'_> {
         let d = self.dtype(a);
         let (x, y) = (self.expr(a), self.expr(b));
         let s = suffix(d);
-        let infix = |o: &str| format!("({x} {o} {y})");
+        let infix = |o: &str| {
+            if narrow(d) && !op.is_compare() {
+                format!("(({})({x} {o} {y}))", d.c_type())
+            } else {
+                format!("({x} {o} {y})")
+            }
+        };
         match op {
             BinOp::Add => infix("+"),
             BinOp::Sub => infix("-"),
@@ -326,6 +349,11 @@ impl Emitter<'_> {
             BinOp::And => format!("((uint8_t)({x} && {y}))"),
             BinOp::Or => format!("((uint8_t)({x} || {y}))"),
             BinOp::Xor => format!("((uint8_t)((!!{x}) ^ (!!{y})))"),
+            BinOp::BitAnd => infix("&"),
+            BinOp::BitOr => infix("|"),
+            BinOp::BitXor => infix("^"),
+            BinOp::Shl => format!("cl_shl_{s}({x}, {y})"),
+            BinOp::Shr => format!("cl_shr_{s}({x}, {y})"),
             BinOp::Eq => infix("=="),
             BinOp::Ne => infix("!="),
             BinOp::Lt => infix("<"),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::{
     broadcast_shapes, Constructor, InferCx, LowerCx, OpCx, OpKind, OpResult, Operator, ALL, FLOATS,
-    NUMERIC,
+    INTS, NUMERIC,
 };
 use crate::error::OpError;
 use crate::te::{BinOp, Expr, UnOp};
@@ -78,7 +78,8 @@ fn ew(op_type: &'static str, types: &'static [DType], out: OutTy, f: Compute) ->
 fn arity(op_type: &str) -> (usize, usize) {
     match op_type {
         "Add" | "Sub" | "Mul" | "Div" | "And" | "Or" | "Xor" | "Equal" | "Less" | "LessOrEqual"
-        | "Greater" | "GreaterOrEqual" | "Pow" | "Mod" | "PRelu" | "CastLike" => (2, 2),
+        | "Greater" | "GreaterOrEqual" | "Pow" | "Mod" | "PRelu" | "CastLike" | "BitShift"
+        | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => (2, 2),
         "Max" | "Min" | "Sum" | "Mean" => (1, usize::MAX),
         "Clip" => (1, 3),
         "Where" => (3, 3),
@@ -199,6 +200,7 @@ fn unop_of(op_type: &str) -> UnOp {
         "Sign" => UnOp::Sign,
         "Not" => UnOp::Not,
         "IsNaN" => UnOp::IsNaN,
+        "BitwiseNot" => UnOp::BitNot,
         other => unreachable!("not a unary op: {other}"),
     }
 }
@@ -212,6 +214,9 @@ fn binop_of(op_type: &str) -> BinOp {
         "And" => BinOp::And,
         "Or" => BinOp::Or,
         "Xor" => BinOp::Xor,
+        "BitwiseAnd" => BinOp::BitAnd,
+        "BitwiseOr" => BinOp::BitOr,
+        "BitwiseXor" => BinOp::BitXor,
         "Equal" => BinOp::Eq,
         "Less" => BinOp::Lt,
         "LessOrEqual" => BinOp::Le,
@@ -292,6 +297,30 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("And", |_| binary("And", &[DType::Bool], OutTy::Bool)),
     ("Or", |_| binary("Or", &[DType::Bool], OutTy::Bool)),
     ("Xor", |_| binary("Xor", &[DType::Bool], OutTy::Bool)),
+    ("BitwiseAnd", |_| binary("BitwiseAnd", INTS, OutTy::Same)),
+    ("BitwiseOr", |_| binary("BitwiseOr", INTS, OutTy::Same)),
+    ("BitwiseXor", |_| binary("BitwiseXor", INTS, OutTy::Same)),
+    ("BitwiseNot", |_| unary("BitwiseNot", INTS, UnOp::BitNot)),
+    ("BitShift", |cx| {
+        let mut e = ew("BitShift", INTS, OutTy::Same, |o, a, _| {
+            if o.n == 0 {
+                a0(a).shl(a1(a))
+            } else {
+                a0(a).shr(a1(a))
+            }
+        });
+        e.n = match cx.attrs.string("direction", "")?.as_str() {
+            "LEFT" => 0,
+            "RIGHT" => 1,
+            other => {
+                return Err(OpError::expected(
+                    "attribute direction LEFT or RIGHT",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        Ok(Arc::new(e))
+    }),
     ("Equal", |_| binary("Equal", ALL, OutTy::Bool)),
     ("Less", |_| binary("Less", NUMERIC, OutTy::Bool)),
     ("LessOrEqual", |_| {

@@ -343,10 +343,12 @@ pub fn check_dtype(cx: &InferCx, i: usize, allowed: &[DType]) -> OpResult<DType>
 
 /// Float types.
 pub const FLOATS: &[DType] = &[DType::F32, DType::F64];
-/// Numeric types.
-pub const NUMERIC: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64];
+/// Numeric types: floats and integers.
+pub const NUMERIC: &[DType] = DType::numeric();
+/// Integer types.
+pub const INTS: &[DType] = DType::ints();
 /// Every type.
-pub const ALL: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+pub const ALL: &[DType] = &crate::tensor::ALL_DTYPES;
 
 /// Largest extent of one dimension an operator may compute (2^48: every byte of a 64-bit address
 /// space is far below it times an element size; sizes are checked against the configured limit

@@ -11,7 +11,7 @@ use crate::te::{Expr, RedOp, Src, UnOp};
 use crate::tensor::{DType, TensorType};
 
 /// Numeric types and bool (ReduceMax / ReduceMin from opset 20).
-const NUMERIC_BOOL: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+const NUMERIC_BOOL: &[DType] = &crate::tensor::ALL_DTYPES;
 
 /// Normalised, sorted, distinct axes of a tensor of rank `rank`.
 fn norm_axes(axes: &[i64], rank: usize) -> OpResult<Vec<usize>> {

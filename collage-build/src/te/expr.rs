@@ -26,6 +26,18 @@ pub enum Scalar {
     I64(i64),
     /// bool.
     Bool(bool),
+    /// i8.
+    I8(i8),
+    /// u8.
+    U8(u8),
+    /// i16.
+    I16(i16),
+    /// u16.
+    U16(u16),
+    /// u32.
+    U32(u32),
+    /// u64.
+    U64(u64),
 }
 
 impl Scalar {
@@ -37,26 +49,49 @@ impl Scalar {
             Scalar::I32(_) => DType::I32,
             Scalar::I64(_) => DType::I64,
             Scalar::Bool(_) => DType::Bool,
+            Scalar::I8(_) => DType::I8,
+            Scalar::U8(_) => DType::U8,
+            Scalar::I16(_) => DType::I16,
+            Scalar::U16(_) => DType::U16,
+            Scalar::U32(_) => DType::U32,
+            Scalar::U64(_) => DType::U64,
         }
     }
 
-    /// `v` converted to `dtype` as a C cast would.
+    /// `v` converted to `dtype` as a C cast would (out-of-range integers saturate).
     pub fn from_f64(dtype: DType, v: f64) -> Scalar {
         match dtype {
             DType::F32 => Scalar::F32(v as f32),
             DType::F64 => Scalar::F64(v),
-            DType::I32 => Scalar::I32(v as i32),
-            DType::I64 => Scalar::I64(v as i64),
             DType::Bool => Scalar::Bool(v != 0.0),
+            d => {
+                let (lo, hi) = d.int_range().expect("an integer type");
+                Scalar::from_int(d, (v as i128).clamp(lo, hi))
+            }
         }
     }
 
-    /// `v` converted to `dtype`.
+    /// `v` converted to `dtype` (wrapped to an integer type's range).
     pub fn from_i64(dtype: DType, v: i64) -> Scalar {
+        Scalar::from_int(dtype, v as i128)
+    }
+
+    /// `v` converted to `dtype`: wrapped to an integer type's range as a C conversion does,
+    /// converted to a float type.
+    pub fn from_int(dtype: DType, v: i128) -> Scalar {
+        let w = dtype.wrap_int(v);
         match dtype {
-            DType::I64 => Scalar::I64(v),
-            DType::I32 => Scalar::I32(v as i32),
-            _ => Scalar::from_f64(dtype, v as f64),
+            DType::F32 => Scalar::F32(v as f32),
+            DType::F64 => Scalar::F64(v as f64),
+            DType::Bool => Scalar::Bool(w != 0),
+            DType::I8 => Scalar::I8(w as i8),
+            DType::U8 => Scalar::U8(w as u8),
+            DType::I16 => Scalar::I16(w as i16),
+            DType::U16 => Scalar::U16(w as u16),
+            DType::I32 => Scalar::I32(w as i32),
+            DType::U32 => Scalar::U32(w as u32),
+            DType::I64 => Scalar::I64(w as i64),
+            DType::U64 => Scalar::U64(w as u64),
         }
     }
 
@@ -65,25 +100,41 @@ impl Scalar {
         match self {
             Scalar::F32(v) => v as f64,
             Scalar::F64(v) => v,
-            Scalar::I32(v) => v as f64,
-            Scalar::I64(v) => v as f64,
-            Scalar::Bool(v) => v as u8 as f64,
+            i => i.as_int() as f64,
         }
     }
 
-    /// The value as i64 (floats truncated, saturating).
+    /// The value of an integer or bool exactly (floats truncated, saturating).
+    pub fn as_int(self) -> i128 {
+        match self {
+            Scalar::F32(v) => v as i128,
+            Scalar::F64(v) => v as i128,
+            Scalar::Bool(v) => v as i128,
+            Scalar::I8(v) => v as i128,
+            Scalar::U8(v) => v as i128,
+            Scalar::I16(v) => v as i128,
+            Scalar::U16(v) => v as i128,
+            Scalar::I32(v) => v as i128,
+            Scalar::U32(v) => v as i128,
+            Scalar::I64(v) => v as i128,
+            Scalar::U64(v) => v as i128,
+        }
+    }
+
+    /// The value as i64 (floats truncated, saturating; u64 above `i64::MAX` wraps).
     pub fn as_i64(self) -> i64 {
         match self {
-            Scalar::I32(v) => v as i64,
-            Scalar::I64(v) => v,
-            Scalar::Bool(v) => v as i64,
-            f => f.as_f64() as i64,
+            Scalar::F32(_) | Scalar::F64(_) => self.as_f64() as i64,
+            i => i.as_int() as i64,
         }
     }
 
     /// True if zero (or false).
     pub fn is_zero(self) -> bool {
-        self.as_f64() == 0.0
+        match self {
+            Scalar::F32(_) | Scalar::F64(_) => self.as_f64() == 0.0,
+            i => i.as_int() == 0,
+        }
     }
 }
 
@@ -117,6 +168,8 @@ pub enum UnOp {
     IsNaN,
     IsPosInf,
     IsNegInf,
+    /// Bitwise complement of an integer.
+    BitNot,
 }
 
 impl UnOp {
@@ -134,6 +187,7 @@ impl UnOp {
                 | UnOp::IsNaN
                 | UnOp::IsPosInf
                 | UnOp::IsNegInf
+                | UnOp::BitNot
         )
     }
 }
@@ -153,9 +207,18 @@ pub enum BinOp {
     Mod,
     /// Remainder with the sign of the dividend (C `fmod` / `%`).
     FMod,
+    /// Logical (bool) and, or, exclusive or.
     And,
     Or,
     Xor,
+    /// Bitwise and, or, exclusive or of integers.
+    BitAnd,
+    BitOr,
+    BitXor,
+    /// Shifts of integers (right: arithmetic for signed types); a shift by a negative amount or
+    /// by the type's width or more gives 0, or -1 for a right shift of a negative value.
+    Shl,
+    Shr,
     Eq,
     Ne,
     Lt,
@@ -195,14 +258,10 @@ impl RedOp {
             (RedOp::Prod, d) => Scalar::from_f64(d, 1.0),
             (RedOp::Max, DType::F32) => Scalar::F32(f32::NEG_INFINITY),
             (RedOp::Max, DType::F64) => Scalar::F64(f64::NEG_INFINITY),
-            (RedOp::Max, DType::I32) => Scalar::I32(i32::MIN),
-            (RedOp::Max, DType::I64) => Scalar::I64(i64::MIN),
-            (RedOp::Max, DType::Bool) => Scalar::Bool(false),
             (RedOp::Min, DType::F32) => Scalar::F32(f32::INFINITY),
             (RedOp::Min, DType::F64) => Scalar::F64(f64::INFINITY),
-            (RedOp::Min, DType::I32) => Scalar::I32(i32::MAX),
-            (RedOp::Min, DType::I64) => Scalar::I64(i64::MAX),
-            (RedOp::Min, DType::Bool) => Scalar::Bool(true),
+            (RedOp::Max, d) => Scalar::from_int(d, d.int_range().expect("an integer type").0),
+            (RedOp::Min, d) => Scalar::from_int(d, d.int_range().expect("an integer type").1),
         }
     }
 
@@ -512,7 +571,7 @@ impl Expr {
         match self {
             Expr::Const(s) if s.dtype().is_int() || dtype.is_float() => {
                 Expr::Const(if dtype.is_int() {
-                    Scalar::from_i64(dtype, s.as_i64())
+                    Scalar::from_int(dtype, s.as_int())
                 } else {
                     Scalar::from_f64(dtype, s.as_f64())
                 })
@@ -550,6 +609,7 @@ impl Expr {
     bin_methods! {
         add => Add, sub => Sub, mul => Mul, div => Div, pow => Pow, max => Max, min => Min,
         modulo => Mod, fmod => FMod, and => And, or => Or, xor => Xor,
+        bitand => BitAnd, bitor => BitOr, bitxor => BitXor, shl => Shl, shr => Shr,
         eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge,
     }
 

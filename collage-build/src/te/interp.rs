@@ -18,17 +18,14 @@ fn load(t: &Tensor, flat: i64) -> Scalar {
     match t.ty.dtype {
         DType::F32 => Scalar::F32(t.get_f64(i) as f32),
         DType::F64 => Scalar::F64(t.get_f64(i)),
-        DType::I32 => Scalar::I32(t.get_i64(i) as i32),
-        DType::I64 => Scalar::I64(t.get_i64(i)),
-        DType::Bool => Scalar::Bool(t.data[i] != 0),
+        d => Scalar::from_int(d, t.get_int(i)),
     }
 }
 
 fn store(t: &mut Tensor, i: usize, v: Scalar) {
     match v {
-        Scalar::I64(x) => t.set_i64(i, x),
-        Scalar::I32(x) => t.set_i64(i, x as i64),
-        other => t.set_f64(i, other.as_f64()),
+        Scalar::F32(_) | Scalar::F64(_) => t.set_f64(i, v.as_f64()),
+        int => t.set_int(i, int.as_int()),
     }
 }
 
@@ -64,7 +61,9 @@ fn un_f64(op: UnOp, x: f64) -> f64 {
                 x
             }
         }
-        UnOp::Not | UnOp::IsNaN | UnOp::IsPosInf | UnOp::IsNegInf => unreachable!(),
+        UnOp::Not | UnOp::IsNaN | UnOp::IsPosInf | UnOp::IsNegInf | UnOp::BitNot => {
+            unreachable!()
+        }
     }
 }
 
@@ -79,19 +78,19 @@ fn un(op: UnOp, a: Scalar) -> Scalar {
     match a {
         Scalar::F32(x) => Scalar::F32(un_f64(op, x as f64) as f32),
         Scalar::F64(x) => Scalar::F64(un_f64(op, x)),
-        Scalar::I64(x) => Scalar::I64(un_i64(op, x)),
-        Scalar::I32(x) => Scalar::I32(un_i64(op, x as i64) as i32),
-        Scalar::Bool(x) => Scalar::Bool(un_i64(op, x as i64) != 0),
+        i => Scalar::from_int(i.dtype(), un_int(op, i.as_int())),
     }
 }
 
-fn un_i64(op: UnOp, x: i64) -> i64 {
+/// A unary operation on an integer (the caller wraps the result to the type).
+fn un_int(op: UnOp, x: i128) -> i128 {
     match op {
         UnOp::Neg => x.wrapping_neg(),
         UnOp::Abs => x.wrapping_abs(),
         UnOp::Sign => x.signum(),
         UnOp::Floor | UnOp::Ceil | UnOp::Round => x,
-        other => un_f64(other, x as f64) as i64,
+        UnOp::BitNot => !x,
+        other => un_f64(other, x as f64) as i128,
     }
 }
 
@@ -129,7 +128,9 @@ fn bin_f64(op: BinOp, a: f64, b: f64) -> f64 {
     }
 }
 
-fn bin_i64(op: BinOp, a: i64, b: i64) -> i64 {
+/// A binary operation on integers (exact, or wrapping past i128; the caller wraps the result
+/// to the type, which matches C's arithmetic modulo 2^bits).
+fn bin_int(op: BinOp, a: i128, b: i128) -> i128 {
     match op {
         BinOp::Add => a.wrapping_add(b),
         BinOp::Sub => a.wrapping_sub(b),
@@ -143,9 +144,9 @@ fn bin_i64(op: BinOp, a: i64, b: i64) -> i64 {
         }
         BinOp::Pow => {
             if b < 0 {
-                (a as f64).powf(b as f64) as i64
+                (a as f64).powf(b as f64) as i128
             } else {
-                a.wrapping_pow(b.min(u32::MAX as i64) as u32)
+                a.wrapping_pow(b.min(u32::MAX as i128) as u32)
             }
         }
         BinOp::Max => a.max(b),
@@ -169,9 +170,13 @@ fn bin_i64(op: BinOp, a: i64, b: i64) -> i64 {
                 a.wrapping_rem(b)
             }
         }
-        BinOp::And => ((a != 0) && (b != 0)) as i64,
-        BinOp::Or => ((a != 0) || (b != 0)) as i64,
-        BinOp::Xor => ((a != 0) ^ (b != 0)) as i64,
+        BinOp::And => ((a != 0) && (b != 0)) as i128,
+        BinOp::Or => ((a != 0) || (b != 0)) as i128,
+        BinOp::Xor => ((a != 0) ^ (b != 0)) as i128,
+        // Two's complement in i128 agrees with every narrower type once wrapped.
+        BinOp::BitAnd => a & b,
+        BinOp::BitOr => a | b,
+        BinOp::BitXor => a ^ b,
         _ => unreachable!(),
     }
 }
@@ -179,10 +184,10 @@ fn bin_i64(op: BinOp, a: i64, b: i64) -> i64 {
 fn bin(op: BinOp, a: Scalar, b: Scalar) -> Scalar {
     if op.is_compare() {
         let (x, y) = (a, b);
-        let r = match (x, y) {
-            (Scalar::I64(x), Scalar::I64(y)) => cmp(op, x.partial_cmp(&y)),
-            (Scalar::I32(x), Scalar::I32(y)) => cmp(op, x.partial_cmp(&y)),
-            _ => cmp(op, x.as_f64().partial_cmp(&y.as_f64())),
+        let r = if x.dtype().is_float() || y.dtype().is_float() {
+            cmp(op, x.as_f64().partial_cmp(&y.as_f64()))
+        } else {
+            cmp(op, x.as_int().partial_cmp(&y.as_int()))
         };
         return Scalar::Bool(r);
     }
@@ -200,18 +205,24 @@ fn bin(op: BinOp, a: Scalar, b: Scalar) -> Scalar {
             Scalar::F32(r)
         }
         Scalar::F64(x) => Scalar::F64(bin_f64(op, x, b.as_f64())),
-        Scalar::I64(x) => Scalar::I64(bin_i64(op, x, b.as_i64())),
-        Scalar::I32(x) => Scalar::I32(i32_op(op, x, b.as_i64() as i32)),
-        Scalar::Bool(x) => Scalar::Bool(bin_i64(op, x as i64, b.as_i64()) != 0),
-    }
-}
-
-fn i32_op(op: BinOp, a: i32, b: i32) -> i32 {
-    match op {
-        BinOp::Add => a.wrapping_add(b),
-        BinOp::Sub => a.wrapping_sub(b),
-        BinOp::Mul => a.wrapping_mul(b),
-        _ => bin_i64(op, a as i64, b as i64) as i32,
+        i => {
+            // The right operand is converted to the left's type first, as the C code does.
+            let d = i.dtype();
+            let y = Scalar::from_int(d, b.as_int()).as_int();
+            if let BinOp::Shl | BinOp::Shr = op {
+                let bits = 8 * d.size() as i128;
+                let r = if !(0..bits).contains(&y) {
+                    // An arithmetic right shift of a negative value by the width or more.
+                    -((op == BinOp::Shr && i.as_int() < 0) as i128)
+                } else if op == BinOp::Shl {
+                    i.as_int() << y
+                } else {
+                    i.as_int() >> y
+                };
+                return Scalar::from_int(d, r);
+            }
+            Scalar::from_int(d, bin_int(op, i.as_int(), y))
+        }
     }
 }
 
@@ -233,22 +244,26 @@ fn cmp(op: BinOp, o: Option<std::cmp::Ordering>) -> bool {
 fn cast(d: DType, v: Scalar) -> Scalar {
     match d {
         DType::Bool => Scalar::Bool(!v.is_zero()),
-        DType::I64 | DType::I32 => match v {
+        d if d.is_int() => match v {
             Scalar::F32(_) | Scalar::F64(_) => {
                 let x = v.as_f64();
                 // Out-of-range and NaN conversions are undefined in C; pin them as x86 does.
                 let i = if x.is_nan() || x >= 9.2e18 || x <= -9.3e18 {
-                    i64::MIN
+                    if d == DType::U64 && (0.0..1.8e19).contains(&x) {
+                        x as u64 as i128
+                    } else {
+                        i64::MIN as i128
+                    }
                 } else {
-                    x as i64
+                    x as i64 as i128
                 };
-                Scalar::from_i64(d, i)
+                Scalar::from_int(d, i)
             }
-            _ => Scalar::from_i64(d, v.as_i64()),
+            _ => Scalar::from_int(d, v.as_int()),
         },
         _ => match v {
-            Scalar::I64(x) => Scalar::from_f64(d, x as f64),
-            _ => Scalar::from_f64(d, v.as_f64()),
+            Scalar::F32(_) | Scalar::F64(_) => Scalar::from_f64(d, v.as_f64()),
+            i => Scalar::from_int(d, i.as_int()),
         },
     }
 }
@@ -362,4 +377,50 @@ pub fn eval_stages(stages: &[Stage], args: &[Option<&Tensor>], outs: &[Src]) -> 
             Src::Buf(_) => panic!("global source in local stages"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Integer arithmetic wraps to the operand type as C's does once stored; shifts past the
+    /// width give 0 (or -1 for a negative value shifted right).
+    #[test]
+    fn integer_semantics() {
+        let u8s = |v: u8| Scalar::U8(v);
+        assert_eq!(bin(BinOp::Add, u8s(200), u8s(100)), Scalar::U8(44));
+        assert_eq!(bin(BinOp::Sub, u8s(1), u8s(2)), Scalar::U8(255));
+        assert_eq!(
+            bin(BinOp::Mul, Scalar::I16(300), Scalar::I16(300)),
+            Scalar::I16(24464)
+        );
+        assert_eq!(
+            bin(BinOp::Mul, Scalar::U64(u64::MAX), Scalar::U64(u64::MAX)),
+            Scalar::U64(1)
+        );
+        assert_eq!(
+            bin(BinOp::Gt, Scalar::U64(u64::MAX), Scalar::U64(1)),
+            Scalar::Bool(true)
+        );
+        assert_eq!(bin(BinOp::Shl, u8s(0x81), u8s(1)), Scalar::U8(2));
+        assert_eq!(bin(BinOp::Shl, u8s(1), u8s(8)), Scalar::U8(0));
+        assert_eq!(
+            bin(BinOp::Shr, Scalar::I8(-128), Scalar::I8(9)),
+            Scalar::I8(-1)
+        );
+        assert_eq!(
+            bin(BinOp::Shr, Scalar::I8(-128), Scalar::I8(1)),
+            Scalar::I8(-64)
+        );
+        assert_eq!(
+            bin(BinOp::BitXor, Scalar::I32(-1), Scalar::I32(5)),
+            Scalar::I32(-6)
+        );
+        assert_eq!(un(UnOp::BitNot, u8s(5)), Scalar::U8(250));
+        assert_eq!(un(UnOp::Neg, u8s(1)), Scalar::U8(255));
+        assert_eq!(cast(DType::U8, Scalar::I64(-1)), Scalar::U8(255));
+        assert_eq!(cast(DType::U32, Scalar::F64(3.9)), Scalar::U32(3));
+        assert_eq!(RedOp::Max.init(DType::U16), Scalar::U16(0));
+        assert_eq!(RedOp::Min.init(DType::I8), Scalar::I8(127));
+    }
 }

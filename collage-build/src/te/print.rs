@@ -38,6 +38,7 @@ impl Display for Scalar {
             Scalar::I32(v) => write!(f, "{v}i32"),
             Scalar::I64(v) => write!(f, "{v}i64"),
             Scalar::Bool(v) => write!(f, "{v}"),
+            i => write!(f, "{}{}", i.as_int(), i.dtype()),
         }
     }
 }
@@ -72,6 +73,7 @@ impl UnOp {
             UnOp::IsNaN => "isnan",
             UnOp::IsPosInf => "isposinf",
             UnOp::IsNegInf => "isneginf",
+            UnOp::BitNot => "bitnot",
         }
     }
 }
@@ -93,7 +95,16 @@ impl BinOp {
             BinOp::Le => "<=",
             BinOp::Gt => ">",
             BinOp::Ge => ">=",
-            BinOp::Pow | BinOp::Max | BinOp::Min | BinOp::Mod | BinOp::FMod => return None,
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::Pow
+            | BinOp::Max
+            | BinOp::Min
+            | BinOp::Mod
+            | BinOp::FMod
+            | BinOp::BitAnd
+            | BinOp::BitOr
+            | BinOp::BitXor => return None,
         })
     }
 
@@ -112,6 +123,11 @@ impl BinOp {
             BinOp::And => "and",
             BinOp::Or => "or",
             BinOp::Xor => "xor",
+            BinOp::BitAnd => "bitand",
+            BinOp::BitOr => "bitor",
+            BinOp::BitXor => "bitxor",
+            BinOp::Shl => "shl",
+            BinOp::Shr => "shr",
             BinOp::Eq => "eq",
             BinOp::Ne => "ne",
             BinOp::Lt => "lt",

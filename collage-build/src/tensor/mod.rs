@@ -4,5 +4,5 @@
 mod types;
 mod value;
 
-pub use types::{strides, DType, Limits, TensorType};
+pub use types::{strides, DType, Limits, TensorType, ALL_DTYPES};
 pub use value::{compare, pseudo_random, Tensor};

@@ -14,15 +14,55 @@ pub enum DType {
     I64,
     /// Boolean, stored as one byte holding 0 or 1.
     Bool,
+    /// 8-bit signed integer.
+    I8,
+    /// 8-bit unsigned integer.
+    U8,
+    /// 16-bit signed integer.
+    I16,
+    /// 16-bit unsigned integer.
+    U16,
+    /// 32-bit unsigned integer.
+    U32,
+    /// 64-bit unsigned integer.
+    U64,
 }
 
+/// Every element type: the floats, the integers, then Bool (so that the numeric and the integer
+/// types are sub-slices: [`DType::numeric`], [`DType::ints`]).
+pub const ALL_DTYPES: [DType; 11] = [
+    DType::F32,
+    DType::F64,
+    DType::I32,
+    DType::I64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::Bool,
+];
+
 impl DType {
+    /// The numeric types: floats and integers.
+    pub const fn numeric() -> &'static [DType] {
+        let all: &'static [DType] = &ALL_DTYPES;
+        all.split_at(10).0
+    }
+
+    /// The integer types (not Bool).
+    pub const fn ints() -> &'static [DType] {
+        Self::numeric().split_at(2).1
+    }
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
-            DType::Bool => 1,
+            DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
@@ -31,9 +71,46 @@ impl DType {
         matches!(self, DType::F32 | DType::F64)
     }
 
-    /// True for I32 and I64.
+    /// True for the integer types (signed and unsigned; not Bool).
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I32 | DType::I64)
+        !self.is_float() && self != DType::Bool
+    }
+
+    /// True for the unsigned integer types.
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// The smallest and largest value of an integer type (Bool: 0 and 1), as i128.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            DType::I8 => (i8::MIN as i128, i8::MAX as i128),
+            DType::U8 => (0, u8::MAX as i128),
+            DType::I16 => (i16::MIN as i128, i16::MAX as i128),
+            DType::U16 => (0, u16::MAX as i128),
+            DType::I32 => (i32::MIN as i128, i32::MAX as i128),
+            DType::U32 => (0, u32::MAX as i128),
+            DType::I64 => (i64::MIN as i128, i64::MAX as i128),
+            DType::U64 => (0, u64::MAX as i128),
+            DType::Bool => (0, 1),
+            DType::F32 | DType::F64 => return None,
+        })
+    }
+
+    /// `v` wrapped into an integer type's range (two's complement, as a C conversion does).
+    pub fn wrap_int(self, v: i128) -> i128 {
+        match self {
+            DType::I8 => v as i8 as i128,
+            DType::U8 => v as u8 as i128,
+            DType::I16 => v as i16 as i128,
+            DType::U16 => v as u16 as i128,
+            DType::I32 => v as i32 as i128,
+            DType::U32 => v as u32 as i128,
+            DType::I64 => v as i64 as i128,
+            DType::U64 => v as u64 as i128,
+            DType::Bool => (v != 0) as i128,
+            DType::F32 | DType::F64 => v,
+        }
     }
 
     /// The C type that stores one element.
@@ -44,6 +121,12 @@ impl DType {
             DType::I32 => "int32_t",
             DType::I64 => "int64_t",
             DType::Bool => "uint8_t",
+            DType::I8 => "int8_t",
+            DType::U8 => "uint8_t",
+            DType::I16 => "int16_t",
+            DType::U16 => "uint16_t",
+            DType::U32 => "uint32_t",
+            DType::U64 => "uint64_t",
         }
     }
 
@@ -55,6 +138,12 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
         }
     }
 
@@ -62,28 +151,27 @@ impl DType {
     pub fn onnx_code(self) -> i32 {
         match self {
             DType::F32 => 1,
+            DType::U8 => 2,
+            DType::I8 => 3,
+            DType::U16 => 4,
+            DType::I16 => 5,
             DType::I32 => 6,
             DType::I64 => 7,
             DType::Bool => 9,
             DType::F64 => 11,
+            DType::U32 => 12,
+            DType::U64 => 13,
         }
     }
 
     /// The type for an ONNX `TensorProto.DataType` code, if supported.
     pub fn from_onnx(code: i32) -> Option<DType> {
-        Some(match code {
-            1 => DType::F32,
-            6 => DType::I32,
-            7 => DType::I64,
-            9 => DType::Bool,
-            11 => DType::F64,
-            _ => return None,
-        })
+        ALL_DTYPES.into_iter().find(|d| d.onnx_code() == code)
     }
 
     /// The ONNX name of a `TensorProto.DataType` code, for messages.
     pub fn onnx_name(code: i32) -> &'static str {
-        const NAMES: [&str; 24] = [
+        const NAMES: [&str; 27] = [
             "UNDEFINED",
             "FLOAT",
             "UINT8",
@@ -108,20 +196,16 @@ impl DType {
             "UINT4",
             "INT4",
             "FLOAT4E2M1",
+            "FLOAT8E8M0",
+            "UINT2",
+            "INT2",
         ];
         NAMES.get(code as usize).copied().unwrap_or("UNKNOWN")
     }
 
     /// Parses the text-IR / DSL name (`f32`, `i64`, ...).
     pub fn parse(s: &str) -> Option<DType> {
-        Some(match s {
-            "f32" => DType::F32,
-            "f64" => DType::F64,
-            "i32" => DType::I32,
-            "i64" => DType::I64,
-            "bool" => DType::Bool,
-            _ => return None,
-        })
+        ALL_DTYPES.into_iter().find(|d| d.rust_type() == s)
     }
 }
 
@@ -272,5 +356,30 @@ impl fmt::Display for TensorType {
             write!(f, "{d}")?;
         }
         f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_lists_and_codes() {
+        assert!(DType::numeric().iter().all(|d| *d != DType::Bool));
+        assert_eq!(DType::numeric().len(), 10);
+        assert!(DType::ints().iter().all(|d| d.is_int()));
+        assert_eq!(DType::ints().len(), 8);
+        for d in ALL_DTYPES {
+            assert_eq!(DType::from_onnx(d.onnx_code()), Some(d));
+            assert_eq!(DType::parse(d.rust_type()), Some(d));
+        }
+        assert_eq!(
+            DType::from_onnx(10),
+            None,
+            "FLOAT16 is not an element type yet"
+        );
+        assert_eq!(DType::U8.wrap_int(300), 44);
+        assert_eq!(DType::I8.wrap_int(200), -56);
+        assert_eq!(DType::U64.wrap_int(-1), u64::MAX as i128);
     }
 }

@@ -73,42 +73,65 @@ impl Tensor {
         match self.ty.dtype {
             DType::F32 => f32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as f64,
             DType::F64 => f64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
-            DType::I32 => i32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as f64,
-            DType::I64 => i64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()) as f64,
-            DType::Bool => (d[i] != 0) as u8 as f64,
+            _ => self.get_int(i) as f64,
         }
     }
 
-    /// Element `i` as i64 (floats truncated).
-    pub fn get_i64(&self, i: usize) -> i64 {
-        let d = &self.data;
+    /// Element `i` of an integer or bool tensor, exactly (floats truncated, saturating).
+    pub fn get_int(&self, i: usize) -> i128 {
+        let n = self.ty.dtype.size();
+        let b = &self.data[i * n..i * n + n];
         match self.ty.dtype {
-            DType::I64 => i64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
-            DType::I32 => i32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as i64,
-            DType::Bool => d[i] as i64,
-            _ => self.get_f64(i) as i64,
+            DType::F32 | DType::F64 => self.get_f64(i) as i128,
+            DType::Bool => (b[0] != 0) as i128,
+            DType::I8 => b[0] as i8 as i128,
+            DType::U8 => b[0] as i128,
+            DType::I16 => i16::from_le_bytes(b.try_into().unwrap()) as i128,
+            DType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as i128,
+            DType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as i128,
+            DType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as i128,
+            DType::I64 => i64::from_le_bytes(b.try_into().unwrap()) as i128,
+            DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as i128,
         }
     }
 
-    /// Sets element `i` from an f64 (converted as a C cast would).
+    /// Element `i` as i64 (floats truncated; unsigned 64-bit values above `i64::MAX` wrap).
+    pub fn get_i64(&self, i: usize) -> i64 {
+        self.get_int(i) as i64
+    }
+
+    /// Sets element `i` of an integer or bool tensor from an i128, wrapped to the type as a C
+    /// conversion would (floats: converted).
+    pub fn set_int(&mut self, i: usize, x: i128) {
+        let n = self.ty.dtype.size();
+        let d = &mut self.data[i * n..i * n + n];
+        match self.ty.dtype {
+            DType::F32 => d.copy_from_slice(&(x as f32).to_le_bytes()),
+            DType::F64 => d.copy_from_slice(&(x as f64).to_le_bytes()),
+            DType::Bool => d[0] = (x != 0) as u8,
+            // Little-endian two's complement: the low bytes are the wrapped value.
+            _ => d.copy_from_slice(&x.to_le_bytes()[..n]),
+        }
+    }
+
+    /// Sets element `i` from an f64 (converted as a C cast would; out-of-range integers
+    /// saturate).
     pub fn set_f64(&mut self, i: usize, x: f64) {
         let d = &mut self.data;
         match self.ty.dtype {
             DType::F32 => d[i * 4..i * 4 + 4].copy_from_slice(&(x as f32).to_le_bytes()),
             DType::F64 => d[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes()),
-            DType::I32 => d[i * 4..i * 4 + 4].copy_from_slice(&(x as i32).to_le_bytes()),
-            DType::I64 => d[i * 8..i * 8 + 8].copy_from_slice(&(x as i64).to_le_bytes()),
             DType::Bool => d[i] = (x != 0.0) as u8,
+            t => {
+                let (lo, hi) = t.int_range().expect("an integer type");
+                self.set_int(i, (x as i128).clamp(lo, hi));
+            }
         }
     }
 
-    /// Sets element `i` from an i64.
+    /// Sets element `i` from an i64 (wrapped to the type).
     pub fn set_i64(&mut self, i: usize, x: i64) {
-        match self.ty.dtype {
-            DType::I64 => self.data[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes()),
-            DType::I32 => self.data[i * 4..i * 4 + 4].copy_from_slice(&(x as i32).to_le_bytes()),
-            _ => self.set_f64(i, x as f64),
-        }
+        self.set_int(i, x as i128)
     }
 
     /// All elements as f64.
@@ -153,9 +176,9 @@ pub fn compare(got: &Tensor, want: &Tensor) -> (bool, f64) {
             if err.is_nan() || err > 1e-4 + 1e-3 * w.abs() {
                 ok = false;
             }
-        } else if got.get_i64(i) != want.get_i64(i) {
+        } else if got.get_int(i) != want.get_int(i) {
             ok = false;
-            max_err = max_err.max((got.get_i64(i) - want.get_i64(i)).unsigned_abs() as f64);
+            max_err = max_err.max((got.get_int(i) - want.get_int(i)).unsigned_abs() as f64);
         }
     }
     (ok, max_err)

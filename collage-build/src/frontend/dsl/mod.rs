@@ -235,6 +235,12 @@ impl Builder<'_> {
             safetensors::Dtype::I32 => DType::I32,
             safetensors::Dtype::I64 => DType::I64,
             safetensors::Dtype::BOOL => DType::Bool,
+            safetensors::Dtype::I8 => DType::I8,
+            safetensors::Dtype::U8 => DType::U8,
+            safetensors::Dtype::I16 => DType::I16,
+            safetensors::Dtype::U16 => DType::U16,
+            safetensors::Dtype::U32 => DType::U32,
+            safetensors::Dtype::U64 => DType::U64,
             other => {
                 return Err(self.err(
                     id.span(),

@@ -77,11 +77,16 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
     } else if !t.raw_data.is_empty() {
         t.raw_data.clone()
     } else {
+        // The typed fields of `TensorProto`: floats, doubles, int64s; uint64_data for UINT32
+        // and UINT64; int32_data for the other integer types and BOOL.
         let got = match dtype {
             DType::F32 => t.float_data.len(),
             DType::F64 => t.double_data.len(),
             DType::I64 => t.int64_data.len(),
-            DType::I32 | DType::Bool => t.int32_data.len(),
+            DType::U32 | DType::U64 => t.uint64_data.len(),
+            DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
+                t.int32_data.len()
+            }
         };
         if got != n {
             return Err(format!("{} values for shape {:?}", got, ty.shape));
@@ -109,12 +114,19 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     .take(n)
                     .for_each(|(i, v)| out.set_i64(i, *v));
             }
-            DType::I32 | DType::Bool => {
+            DType::U32 | DType::U64 => {
+                t.uint64_data
+                    .iter()
+                    .enumerate()
+                    .take(n)
+                    .for_each(|(i, v)| out.set_int(i, *v as i128));
+            }
+            DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
                 t.int32_data
                     .iter()
                     .enumerate()
                     .take(n)
-                    .for_each(|(i, v)| out.set_i64(i, *v as i64));
+                    .for_each(|(i, v)| out.set_int(i, *v as i128));
             }
         }
         return Ok(out);

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Node tests of our own in the ONNX backend-test layout (model.onnx, test_data_set_0/*.pb),
+for cases the ONNX suite does not combine; outputs from onnx's ReferenceEvaluator. Written to
+tests/data/node/ (checked in; tests/conformance.rs runs them on every backend configuration).
+
+    .venv/bin/python tests/support/gen_extra_node_tests.py
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+from onnx.reference import ReferenceEvaluator
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "data", "node")
+
+
+def save(name, model, inputs):
+    d = os.path.join(OUT, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    outs = ReferenceEvaluator(model).run(None, inputs)
+    for i, (k, v) in enumerate(inputs.items()):
+        with open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(nh.from_array(v, k).SerializeToString())
+    for i, (o, v) in enumerate(zip(model.graph.output, outs)):
+        with open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
+            f.write(nh.from_array(v, o.name).SerializeToString())
+
+
+def narrow_int_fused():
+    """8- and 16-bit arithmetic fused into a comparison: C computes them as int, so the sum
+    must wrap before the compare (200 + 100 > 50 is false for uint8)."""
+    nodes = [
+        h.make_node("Add", ["a", "b"], ["s"]),
+        h.make_node("Greater", ["s", "c"], ["g"]),
+        h.make_node("Mul", ["a", "b"], ["m"]),
+        h.make_node("Neg", ["x"], ["n"]),
+        h.make_node("Less", ["n", "y"], ["l"]),
+        h.make_node("BitwiseNot", ["a"], ["bn"]),
+        h.make_node("Greater", ["bn", "c"], ["g2"]),
+    ]
+    ins = [h.make_tensor_value_info(n, T.UINT8, [64]) for n in "abc"]
+    ins += [h.make_tensor_value_info(n, T.INT16, [64]) for n in "xy"]
+    outs = [
+        h.make_tensor_value_info("g", T.BOOL, [64]),
+        h.make_tensor_value_info("m", T.UINT8, [64]),
+        h.make_tensor_value_info("l", T.BOOL, [64]),
+        h.make_tensor_value_info("g2", T.BOOL, [64]),
+    ]
+    m = h.make_model(h.make_graph(nodes, "narrow_int_fused", ins, outs),
+                     opset_imports=[h.make_opsetid("", 18)])
+    rng = np.random.default_rng(0)
+    inputs = {
+        "a": rng.integers(0, 256, 64).astype(np.uint8),
+        "b": rng.integers(0, 256, 64).astype(np.uint8),
+        "c": rng.integers(0, 256, 64).astype(np.uint8),
+        "x": np.array([-32768] * 32 + list(range(32)), dtype=np.int16),
+        "y": rng.integers(-100, 100, 64).astype(np.int16),
+    }
+    save("test_narrow_int_fused", m, inputs)
+
+
+narrow_int_fused()
