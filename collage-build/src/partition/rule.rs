@@ -867,20 +867,25 @@ impl Round<'_> {
 
     /// Pairwise joins of an upstream candidate with a downstream one reading it.
     fn simple(&self, combiner: &Combiner, fresh: &mut Fresh) {
+        // `seen_by[j] == i`: candidate j is already among up i's downstream ones (a candidate
+        // with several entry nodes reading `up` is listed once per node).
+        let mut seen_by = vec![usize::MAX; self.all.len()];
+        let mut downs: Vec<usize> = Vec::new();
         for (i, up) in self.all.iter().enumerate() {
             if fresh.full() {
                 return;
             }
-            let mut downs: Vec<usize> = up
-                .sub_graph
-                .consumers()
-                .iter()
-                .flat_map(|c| self.entry_of[c].iter().copied())
-                .filter(|&j| j != i && (self.is_new(i) || self.is_new(j)))
-                .collect();
+            downs.clear();
+            for c in up.sub_graph.consumers().iter() {
+                for &j in &self.entry_of[c] {
+                    if j != i && seen_by[j] != i && (self.is_new(i) || self.is_new(j)) {
+                        seen_by[j] = i;
+                        downs.push(j);
+                    }
+                }
+            }
             downs.sort_unstable();
-            downs.dedup();
-            for j in downs {
+            for &j in &downs {
                 let down = &self.all[j];
                 if combiner.fires(up, down) {
                     self.join(&[up, down], fresh);
