@@ -64,4 +64,34 @@ def narrow_int_fused():
     save("test_narrow_int_fused", m, inputs)
 
 
+def half_chain():
+    """A float16 MatMul + Add + Relu + Softmax with float16 weights, and a bfloat16 Mul: the
+    graph computes on f32 between casts (passes/infer.rs, Halves)."""
+    rng = np.random.default_rng(1)
+    w = nh.from_array(rng.uniform(-1, 1, (4, 3)).astype(np.float16), "w")
+    b = nh.from_array(rng.uniform(-1, 1, (3,)).astype(np.float16), "b")
+    nodes = [
+        h.make_node("MatMul", ["x", "w"], ["mm"]),
+        h.make_node("Add", ["mm", "b"], ["s"]),
+        h.make_node("Relu", ["s"], ["r"]),
+        h.make_node("Softmax", ["r"], ["y"], axis=-1),
+        h.make_node("Mul", ["p", "q"], ["z"]),
+    ]
+    ins = [h.make_tensor_value_info("x", T.FLOAT16, [2, 4]),
+           h.make_tensor_value_info("p", T.BFLOAT16, [8]),
+           h.make_tensor_value_info("q", T.BFLOAT16, [8])]
+    outs = [h.make_tensor_value_info("y", T.FLOAT16, [2, 3]),
+            h.make_tensor_value_info("z", T.BFLOAT16, [8])]
+    m = h.make_model(h.make_graph(nodes, "half_chain", ins, outs, initializer=[w, b]),
+                     opset_imports=[h.make_opsetid("", 18)])
+    import ml_dtypes
+    inputs = {
+        "x": rng.uniform(-1, 1, (2, 4)).astype(np.float16),
+        "p": rng.uniform(-4, 4, 8).astype(ml_dtypes.bfloat16),
+        "q": rng.uniform(-4, 4, 8).astype(ml_dtypes.bfloat16),
+    }
+    save("test_half_chain", m, inputs)
+
+
 narrow_int_fused()
+half_chain()

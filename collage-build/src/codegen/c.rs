@@ -111,6 +111,36 @@ CL_INT_OPS(uint16_t, u16)
 CL_INT_OPS(uint32_t, u32)
 CL_INT_OPS(uint64_t, u64)
 
+/* The 16-bit floats are stored as their bits and computed on as float (the graph casts around
+   every operator but Cast). Conversions round to nearest even; NaN stays a (quiet) NaN. */
+typedef union { float f; uint32_t u; } cl_f32_bits;
+static inline float cl_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    cl_f32_bits v;
+    if (e == 0x1f) v.u = s | 0x7f800000u | (m << 13);
+    else if (e != 0) v.u = s | ((e + 112u) << 23) | (m << 13);
+    else { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }
+    return v.f;
+}
+static inline uint16_t cl_f32_to_f16(float f) {
+    cl_f32_bits v; v.f = f;
+    uint32_t s = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); /* 65520 and up round to inf */
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal, m * 2^-24 with m rounded */
+        cl_f32_bits w; w.u = a;
+        return (uint16_t)(s | (uint32_t)nearbyintf(w.f * 16777216.0f));
+    }
+    a -= 0x38000000u;
+    return (uint16_t)(s | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
+}
+static inline float cl_bf16_to_f32(uint16_t h) { cl_f32_bits v; v.u = (uint32_t)h << 16; return v.f; }
+static inline uint16_t cl_f32_to_bf16(float f) {
+    cl_f32_bits v; v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
 #define CL_FLOAT_OPS(T, S) \
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
 static inline T cl_max_##S(T a, T b) { return (a >= b || isnan(a)) ? a : b; } \
@@ -207,6 +237,8 @@ fn scalar(s: Scalar) -> String {
         Scalar::Bool(v) => format!("((uint8_t){})", v as u8),
         Scalar::U64(v) => format!("UINT64_C({v})"),
         Scalar::U32(v) => format!("UINT32_C({v})"),
+        // The 16-bit floats are their bits in C.
+        Scalar::F16(b) | Scalar::BF16(b) => format!("((uint16_t)0x{b:04x})"),
         // The other integers fit an int: a cast of the literal (the minimum of each is
         // representable as a negative int literal).
         i => format!("(({}){})", i.dtype().c_type(), i.as_int()),
@@ -271,10 +303,21 @@ impl Emitter<'_> {
                 format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b))
             }
             Expr::Cast(d, a) => {
-                if *d == DType::Bool {
-                    format!("((uint8_t)({} != 0))", self.expr(a))
+                let from = self.dtype(a);
+                let mut x = self.expr(a);
+                if from == *d && d.is_half() {
+                    return x;
+                }
+                // A 16-bit float's bits become a float first.
+                if from.is_half() {
+                    x = format!("cl_{}_to_f32({x})", from.name());
+                }
+                if d.is_half() {
+                    format!("cl_f32_to_{}((float){x})", d.name())
+                } else if *d == DType::Bool {
+                    format!("((uint8_t)({x} != 0))")
                 } else {
-                    format!("(({}){})", d.c_type(), self.expr(a))
+                    format!("(({}){x})", d.c_type())
                 }
             }
         }

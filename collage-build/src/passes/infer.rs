@@ -1,10 +1,10 @@
 //! Shape inference and constant folding, in one walk: shapes often depend on folded values
 //! (`Shape -> Gather -> Concat -> Reshape`).
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::error::{Error, OpError, Result};
-use crate::ir::{Graph, Tensor, ValueId};
+use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{InferCx, LowerCx};
 use crate::te::eval_stages;
 
@@ -28,11 +28,31 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
             })?;
         }
     }
-    let nodes = std::mem::take(&mut g.nodes);
-    let mut kept = Vec::with_capacity(nodes.len());
+    let mut queue: VecDeque<(Node, Option<DType>)> = std::mem::take(&mut g.nodes)
+        .into_iter()
+        .map(|n| (n, None))
+        .collect();
+    let mut kept = Vec::with_capacity(queue.len());
     let mut produced_by: std::collections::HashMap<ValueId, usize> = Default::default();
-    for node in nodes {
-        let err = |error: OpError| node.error(error);
+    let mut halves = Halves::default();
+    while let Some((mut node, low)) = queue.pop_front() {
+        // A node reading a 16-bit float computes on f32 instead: its inputs are cast first (the
+        // casts run next, then the node again, remembering the type to cast its outputs back to).
+        if low.is_none() {
+            if let Some((low, casts)) = halves.widen_inputs(g, &mut node) {
+                queue.push_front((node, Some(low)));
+                for c in casts.into_iter().rev() {
+                    queue.push_front((c, None));
+                }
+                continue;
+            }
+        }
+        let (node_name, op_type) = (node.name.clone(), node.op.op_type().to_string());
+        let err = |error: OpError| Error::Node {
+            node: node_name.clone(),
+            op: op_type.clone(),
+            error,
+        };
         let (inputs, consts) = node.input_facts(g);
         let cx = InferCx {
             inputs: &inputs,
@@ -63,6 +83,16 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
                 format!("at most {} outputs", outs.len()),
                 node.outputs.len(),
             )));
+        }
+        if let Some(low) = low {
+            // Outputs computed as f32 where the model has the 16-bit type: cast back.
+            for c in halves
+                .narrow_outputs(g, &mut node, &outs, low)
+                .into_iter()
+                .rev()
+            {
+                queue.push_front((c, None));
+            }
         }
         for (k, (o, t)) in node.outputs.iter().zip(&outs).enumerate() {
             limits.check(t).map_err(|e| {
@@ -137,4 +167,114 @@ fn depends_on(
     }
     out.sort();
     out
+}
+
+/// The 16-bit floats (`f16`, `bf16`) are storage types: every operator but the conversions
+/// computes on f32, between casts this pass inserts (as ONNX Runtime's CPU kernels and numpy's
+/// float16 arithmetic do: each operator's result is rounded to the 16-bit type once).
+#[derive(Default)]
+struct Halves {
+    /// The f32 version of each 16-bit value read so far.
+    widened: HashMap<ValueId, ValueId>,
+}
+
+/// The operators that read and write the 16-bit floats themselves.
+fn converts_halves(op_type: &str) -> bool {
+    matches!(op_type, "Cast" | "CastLike")
+}
+
+fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
+    let mut attrs = crate::ops::Attrs::default();
+    attrs
+        .0
+        .insert("to".into(), crate::ops::Attr::Int(to.onnx_code() as i64));
+    let cx = crate::ops::OpCx {
+        attrs: &attrs,
+        opset: 21,
+        n_inputs: 1,
+        n_outputs: 1,
+    };
+    let op = crate::ops::lookup("Cast").expect("Cast is registered")(&cx)
+        .expect("a Cast to a supported type constructs");
+    Node {
+        name,
+        op,
+        inputs: vec![Some(input)],
+        outputs: vec![output],
+    }
+}
+
+impl Halves {
+    /// Replaces `node`'s 16-bit float inputs by f32 ones; returns the 16-bit type and the casts
+    /// to run first, or `None` when the node reads no 16-bit float (or converts them itself).
+    fn widen_inputs(&mut self, g: &mut Graph, node: &mut Node) -> Option<(DType, Vec<Node>)> {
+        if converts_halves(node.op.op_type()) {
+            return None;
+        }
+        let mut low = None;
+        let mut casts = Vec::new();
+        for k in 0..node.inputs.len() {
+            let Some(v) = node.inputs[k] else { continue };
+            let Some(d) = g.value(v).ty.as_ref().map(|t| t.dtype) else {
+                continue;
+            };
+            if !d.is_half() {
+                continue;
+            }
+            low.get_or_insert(d);
+            let wide = match self.widened.get(&v) {
+                Some(&w) => w,
+                None => {
+                    let name = format!("{}.f32", g.value(v).name);
+                    let w = match g.konst(v).cloned() {
+                        Some(t) => g.add_const(
+                            name,
+                            Tensor::from_f64_as(DType::F32, &t.ty.shape, &t.to_f64()),
+                        ),
+                        None => {
+                            let w = g.add_value(name, None);
+                            casts.push(cast_node(
+                                format!("{}.widen{k}", node.name),
+                                v,
+                                w,
+                                DType::F32,
+                            ));
+                            w
+                        }
+                    };
+                    self.widened.insert(v, w);
+                    w
+                }
+            };
+            node.inputs[k] = Some(wide);
+        }
+        low.map(|d| (d, casts))
+    }
+
+    /// Points `node`'s f32 outputs that the model has as `low` (declared so, or not declared)
+    /// at new f32 values; returns the casts from those to the model's values.
+    fn narrow_outputs(
+        &mut self,
+        g: &mut Graph,
+        node: &mut Node,
+        outs: &[TensorType],
+        low: DType,
+    ) -> Vec<Node> {
+        let mut casts = Vec::new();
+        for (k, t) in outs.iter().enumerate() {
+            let Some(&o) = node.outputs.get(k) else { break };
+            let declared = g.value(o).ty.as_ref().map(|t| t.dtype);
+            if t.dtype != DType::F32 || declared.is_some_and(|d| d != low) {
+                continue;
+            }
+            let name = format!("{}.f32", g.value(o).name);
+            let wide = g.add_value(name, None);
+            node.outputs[k] = wide;
+            // The model's value now holds the cast's result (its declared type is checked
+            // there).
+            g.value_mut(o).ty = None;
+            casts.push(cast_node(format!("{}.narrow{k}", node.name), wide, o, low));
+        }
+        casts
+    }
 }

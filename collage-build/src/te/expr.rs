@@ -38,6 +38,10 @@ pub enum Scalar {
     U32(u32),
     /// u64.
     U64(u64),
+    /// IEEE half, as its bits.
+    F16(u16),
+    /// bfloat16, as its bits.
+    BF16(u16),
 }
 
 impl Scalar {
@@ -55,6 +59,8 @@ impl Scalar {
             Scalar::U16(_) => DType::U16,
             Scalar::U32(_) => DType::U32,
             Scalar::U64(_) => DType::U64,
+            Scalar::F16(_) => DType::F16,
+            Scalar::BF16(_) => DType::BF16,
         }
     }
 
@@ -63,6 +69,8 @@ impl Scalar {
         match dtype {
             DType::F32 => Scalar::F32(v as f32),
             DType::F64 => Scalar::F64(v),
+            DType::F16 => Scalar::F16(half::f16::from_f64(v).to_bits()),
+            DType::BF16 => Scalar::BF16(half::bf16::from_f64(v).to_bits()),
             DType::Bool => Scalar::Bool(v != 0.0),
             d => {
                 let (lo, hi) = d.int_range().expect("an integer type");
@@ -83,6 +91,7 @@ impl Scalar {
         match dtype {
             DType::F32 => Scalar::F32(v as f32),
             DType::F64 => Scalar::F64(v as f64),
+            DType::F16 | DType::BF16 => Scalar::from_f64(dtype, v as f64),
             DType::Bool => Scalar::Bool(w != 0),
             DType::I8 => Scalar::I8(w as i8),
             DType::U8 => Scalar::U8(w as u8),
@@ -100,6 +109,8 @@ impl Scalar {
         match self {
             Scalar::F32(v) => v as f64,
             Scalar::F64(v) => v,
+            Scalar::F16(b) => half::f16::from_bits(b).to_f64(),
+            Scalar::BF16(b) => half::bf16::from_bits(b).to_f64(),
             i => i.as_int() as f64,
         }
     }
@@ -109,6 +120,7 @@ impl Scalar {
         match self {
             Scalar::F32(v) => v as i128,
             Scalar::F64(v) => v as i128,
+            Scalar::F16(_) | Scalar::BF16(_) => self.as_f64() as i128,
             Scalar::Bool(v) => v as i128,
             Scalar::I8(v) => v as i128,
             Scalar::U8(v) => v as i128,
@@ -123,17 +135,19 @@ impl Scalar {
 
     /// The value as i64 (floats truncated, saturating; u64 above `i64::MAX` wraps).
     pub fn as_i64(self) -> i64 {
-        match self {
-            Scalar::F32(_) | Scalar::F64(_) => self.as_f64() as i64,
-            i => i.as_int() as i64,
+        if self.dtype().is_float() {
+            self.as_f64() as i64
+        } else {
+            self.as_int() as i64
         }
     }
 
     /// True if zero (or false).
     pub fn is_zero(self) -> bool {
-        match self {
-            Scalar::F32(_) | Scalar::F64(_) => self.as_f64() == 0.0,
-            i => i.as_int() == 0,
+        if self.dtype().is_float() {
+            self.as_f64() == 0.0
+        } else {
+            self.as_int() == 0
         }
     }
 }
@@ -260,6 +274,8 @@ impl RedOp {
             (RedOp::Max, DType::F64) => Scalar::F64(f64::NEG_INFINITY),
             (RedOp::Min, DType::F32) => Scalar::F32(f32::INFINITY),
             (RedOp::Min, DType::F64) => Scalar::F64(f64::INFINITY),
+            (RedOp::Max, d) if d.is_half() => Scalar::from_f64(d, f64::NEG_INFINITY),
+            (RedOp::Min, d) if d.is_half() => Scalar::from_f64(d, f64::INFINITY),
             (RedOp::Max, d) => Scalar::from_int(d, d.int_range().expect("an integer type").0),
             (RedOp::Min, d) => Scalar::from_int(d, d.int_range().expect("an integer type").1),
         }

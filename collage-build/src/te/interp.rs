@@ -18,14 +18,16 @@ fn load(t: &Tensor, flat: i64) -> Scalar {
     match t.ty.dtype {
         DType::F32 => Scalar::F32(t.get_f64(i) as f32),
         DType::F64 => Scalar::F64(t.get_f64(i)),
+        d if d.is_half() => Scalar::from_f64(d, t.get_f64(i)),
         d => Scalar::from_int(d, t.get_int(i)),
     }
 }
 
 fn store(t: &mut Tensor, i: usize, v: Scalar) {
-    match v {
-        Scalar::F32(_) | Scalar::F64(_) => t.set_f64(i, v.as_f64()),
-        int => t.set_int(i, int.as_int()),
+    if v.dtype().is_float() {
+        t.set_f64(i, v.as_f64())
+    } else {
+        t.set_int(i, v.as_int())
     }
 }
 
@@ -78,6 +80,10 @@ fn un(op: UnOp, a: Scalar) -> Scalar {
     match a {
         Scalar::F32(x) => Scalar::F32(un_f64(op, x as f64) as f32),
         Scalar::F64(x) => Scalar::F64(un_f64(op, x)),
+        // The 16-bit floats compute in f32 and round the result, as the graph's casts do.
+        h if h.dtype().is_half() => {
+            Scalar::from_f64(h.dtype(), un_f64(op, h.as_f64()) as f32 as f64)
+        }
         i => Scalar::from_int(i.dtype(), un_int(op, i.as_int())),
     }
 }
@@ -205,6 +211,14 @@ fn bin(op: BinOp, a: Scalar, b: Scalar) -> Scalar {
             Scalar::F32(r)
         }
         Scalar::F64(x) => Scalar::F64(bin_f64(op, x, b.as_f64())),
+        h if h.dtype().is_half() => {
+            let r = bin(
+                op,
+                Scalar::F32(h.as_f64() as f32),
+                Scalar::F32(b.as_f64() as f32),
+            );
+            Scalar::from_f64(h.dtype(), r.as_f64())
+        }
         i => {
             // The right operand is converted to the left's type first, as the C code does.
             let d = i.dtype();
@@ -245,7 +259,7 @@ fn cast(d: DType, v: Scalar) -> Scalar {
     match d {
         DType::Bool => Scalar::Bool(!v.is_zero()),
         d if d.is_int() => match v {
-            Scalar::F32(_) | Scalar::F64(_) => {
+            f if f.dtype().is_float() => {
                 let x = v.as_f64();
                 // Out-of-range and NaN conversions are undefined in C; pin them as x86 does.
                 let i = if x.is_nan() || x >= 9.2e18 || x <= -9.3e18 {
@@ -261,10 +275,8 @@ fn cast(d: DType, v: Scalar) -> Scalar {
             }
             _ => Scalar::from_int(d, v.as_int()),
         },
-        _ => match v {
-            Scalar::F32(_) | Scalar::F64(_) => Scalar::from_f64(d, v.as_f64()),
-            i => Scalar::from_int(d, i.as_int()),
-        },
+        _ if v.dtype().is_float() => Scalar::from_f64(d, v.as_f64()),
+        _ => Scalar::from_int(d, v.as_int()),
     }
 }
 
@@ -422,5 +434,30 @@ mod tests {
         assert_eq!(cast(DType::U32, Scalar::F64(3.9)), Scalar::U32(3));
         assert_eq!(RedOp::Max.init(DType::U16), Scalar::U16(0));
         assert_eq!(RedOp::Min.init(DType::I8), Scalar::I8(127));
+    }
+}
+
+#[cfg(test)]
+mod half_tests {
+    use super::*;
+
+    /// The 16-bit floats round to nearest even on every conversion, keep NaN and overflow to inf.
+    #[test]
+    fn half_conversions() {
+        let h = |v: f64| cast(DType::F16, Scalar::F64(v));
+        assert_eq!(h(1.0), Scalar::F16(0x3c00));
+        assert_eq!(h(65504.0), Scalar::F16(0x7bff));
+        assert_eq!(h(65520.0), Scalar::F16(0x7c00), "ties to even: up to inf");
+        assert_eq!(h(2f64.powi(-24)), Scalar::F16(0x0001), "smallest subnormal");
+        assert!(h(f64::NAN).as_f64().is_nan());
+        assert_eq!(cast(DType::F32, Scalar::F16(0xc000)), Scalar::F32(-2.0));
+        assert_eq!(cast(DType::I32, Scalar::F16(0x4500)), Scalar::I32(5));
+        let b = cast(DType::BF16, Scalar::F32(1.0 + 1.0 / 256.0)); // a tie: to even (1.0)
+        assert_eq!(b, Scalar::BF16(0x3f80));
+        // Arithmetic rounds each result to the type.
+        assert_eq!(
+            bin(BinOp::Add, Scalar::F16(0x3c00), Scalar::F16(0x1000)),
+            Scalar::F16(0x3c00)
+        );
     }
 }

@@ -38,6 +38,7 @@ impl Display for Scalar {
             Scalar::I32(v) => write!(f, "{v}i32"),
             Scalar::I64(v) => write!(f, "{v}i64"),
             Scalar::Bool(v) => write!(f, "{v}"),
+            h @ (Scalar::F16(_) | Scalar::BF16(_)) => write!(f, "{:?}{}", h.as_f64(), h.dtype()),
             i => write!(f, "{}{}", i.as_int(), i.dtype()),
         }
     }

@@ -26,11 +26,16 @@ pub enum DType {
     U32,
     /// 64-bit unsigned integer.
     U64,
+    /// IEEE half (binary16), stored as its 16 bits. A storage type: operators compute on f32
+    /// (the graph pass `passes::half` casts around every node but `Cast`).
+    F16,
+    /// bfloat16, stored as its 16 bits; a storage type like [`DType::F16`].
+    BF16,
 }
 
-/// Every element type: the floats, the integers, then Bool (so that the numeric and the integer
-/// types are sub-slices: [`DType::numeric`], [`DType::ints`]).
-pub const ALL_DTYPES: [DType; 11] = [
+/// Every element type: the floats, the integers, Bool, then the 16-bit storage floats (so that
+/// the numeric and the integer types are sub-slices: [`DType::numeric`], [`DType::ints`]).
+pub const ALL_DTYPES: [DType; 13] = [
     DType::F32,
     DType::F64,
     DType::I32,
@@ -42,6 +47,8 @@ pub const ALL_DTYPES: [DType; 11] = [
     DType::U32,
     DType::U64,
     DType::Bool,
+    DType::F16,
+    DType::BF16,
 ];
 
 impl DType {
@@ -60,15 +67,20 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::Bool | DType::I8 | DType::U8 => 1,
-            DType::I16 | DType::U16 => 2,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
-    /// True for F32 and F64.
+    /// True for the float types (F32, F64 and the 16-bit storage floats).
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64) || self.is_half()
+    }
+
+    /// True for the 16-bit storage floats, F16 and BF16.
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
     }
 
     /// True for the integer types (signed and unsigned; not Bool).
@@ -93,7 +105,7 @@ impl DType {
             DType::I64 => (i64::MIN as i128, i64::MAX as i128),
             DType::U64 => (0, u64::MAX as i128),
             DType::Bool => (0, 1),
-            DType::F32 | DType::F64 => return None,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => return None,
         })
     }
 
@@ -109,7 +121,7 @@ impl DType {
             DType::I64 => v as i64 as i128,
             DType::U64 => v as u64 as i128,
             DType::Bool => (v != 0) as i128,
-            DType::F32 | DType::F64 => v,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => v,
         }
     }
 
@@ -127,10 +139,11 @@ impl DType {
             DType::U16 => "uint16_t",
             DType::U32 => "uint32_t",
             DType::U64 => "uint64_t",
+            DType::F16 | DType::BF16 => "uint16_t",
         }
     }
 
-    /// The Rust type that stores one element.
+    /// The Rust type that stores one element (the 16-bit floats: their bits, `u16`).
     pub fn rust_type(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -144,6 +157,17 @@ impl DType {
             DType::U16 => "u16",
             DType::U32 => "u32",
             DType::U64 => "u64",
+            DType::F16 | DType::BF16 => "u16",
+        }
+    }
+
+    /// The type's name in the text IR and the DSL: the Rust type, `f16` and `bf16` for the
+    /// 16-bit floats.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            d => d.rust_type(),
         }
     }
 
@@ -161,6 +185,8 @@ impl DType {
             DType::F64 => 11,
             DType::U32 => 12,
             DType::U64 => 13,
+            DType::F16 => 10,
+            DType::BF16 => 16,
         }
     }
 
@@ -205,13 +231,13 @@ impl DType {
 
     /// Parses the text-IR / DSL name (`f32`, `i64`, ...).
     pub fn parse(s: &str) -> Option<DType> {
-        ALL_DTYPES.into_iter().find(|d| d.rust_type() == s)
+        ALL_DTYPES.into_iter().find(|d| d.name() == s)
     }
 }
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.rust_type())
+        f.write_str(self.name())
     }
 }
 
@@ -371,13 +397,10 @@ mod tests {
         assert_eq!(DType::ints().len(), 8);
         for d in ALL_DTYPES {
             assert_eq!(DType::from_onnx(d.onnx_code()), Some(d));
-            assert_eq!(DType::parse(d.rust_type()), Some(d));
+            assert_eq!(DType::parse(d.name()), Some(d));
         }
-        assert_eq!(
-            DType::from_onnx(10),
-            None,
-            "FLOAT16 is not an element type yet"
-        );
+        assert_eq!(DType::from_onnx(10), Some(DType::F16));
+        assert_eq!(DType::from_onnx(8), None, "STRING is not an element type");
         assert_eq!(DType::U8.wrap_int(300), 44);
         assert_eq!(DType::I8.wrap_int(200), -56);
         assert_eq!(DType::U64.wrap_int(-1), u64::MAX as i128);

@@ -73,8 +73,14 @@ impl Tensor {
         match self.ty.dtype {
             DType::F32 => f32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as f64,
             DType::F64 => f64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
+            DType::F16 => half::f16::from_bits(self.bits16(i)).to_f64(),
+            DType::BF16 => half::bf16::from_bits(self.bits16(i)).to_f64(),
             _ => self.get_int(i) as f64,
         }
+    }
+
+    fn bits16(&self, i: usize) -> u16 {
+        u16::from_le_bytes([self.data[2 * i], self.data[2 * i + 1]])
     }
 
     /// Element `i` of an integer or bool tensor, exactly (floats truncated, saturating).
@@ -82,7 +88,7 @@ impl Tensor {
         let n = self.ty.dtype.size();
         let b = &self.data[i * n..i * n + n];
         match self.ty.dtype {
-            DType::F32 | DType::F64 => self.get_f64(i) as i128,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => self.get_f64(i) as i128,
             DType::Bool => (b[0] != 0) as i128,
             DType::I8 => b[0] as i8 as i128,
             DType::U8 => b[0] as i128,
@@ -103,6 +109,9 @@ impl Tensor {
     /// Sets element `i` of an integer or bool tensor from an i128, wrapped to the type as a C
     /// conversion would (floats: converted).
     pub fn set_int(&mut self, i: usize, x: i128) {
+        if self.ty.dtype.is_half() {
+            return self.set_f64(i, x as f64);
+        }
         let n = self.ty.dtype.size();
         let d = &mut self.data[i * n..i * n + n];
         match self.ty.dtype {
@@ -121,6 +130,12 @@ impl Tensor {
         match self.ty.dtype {
             DType::F32 => d[i * 4..i * 4 + 4].copy_from_slice(&(x as f32).to_le_bytes()),
             DType::F64 => d[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes()),
+            DType::F16 => {
+                d[i * 2..i * 2 + 2].copy_from_slice(&half::f16::from_f64(x).to_le_bytes())
+            }
+            DType::BF16 => {
+                d[i * 2..i * 2 + 2].copy_from_slice(&half::bf16::from_f64(x).to_le_bytes())
+            }
             DType::Bool => d[i] = (x != 0.0) as u8,
             t => {
                 let (lo, hi) = t.int_range().expect("an integer type");
@@ -194,7 +209,7 @@ pub fn pseudo_random(ty: &TensorType) -> Tensor {
         s ^= s << 17;
         let u = (s >> 11) as f64 / (1u64 << 53) as f64;
         match ty.dtype {
-            DType::F32 | DType::F64 => t.set_f64(i, u * 2.0 - 1.0),
+            d if d.is_float() => t.set_f64(i, u * 2.0 - 1.0),
             _ => t.set_i64(i, (u * 4.0) as i64),
         }
     }

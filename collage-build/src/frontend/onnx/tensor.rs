@@ -84,9 +84,14 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
             DType::F64 => t.double_data.len(),
             DType::I64 => t.int64_data.len(),
             DType::U32 | DType::U64 => t.uint64_data.len(),
-            DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
-                t.int32_data.len()
-            }
+            DType::I32
+            | DType::Bool
+            | DType::I8
+            | DType::U8
+            | DType::I16
+            | DType::U16
+            | DType::F16
+            | DType::BF16 => t.int32_data.len(),
         };
         if got != n {
             return Err(format!("{} values for shape {:?}", got, ty.shape));
@@ -120,6 +125,12 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     .enumerate()
                     .take(n)
                     .for_each(|(i, v)| out.set_int(i, *v as i128));
+            }
+            // The 16-bit floats' int32_data hold their bits.
+            DType::F16 | DType::BF16 => {
+                for (i, v) in t.int32_data.iter().enumerate().take(n) {
+                    out.data[2 * i..2 * i + 2].copy_from_slice(&(*v as u16).to_le_bytes());
+                }
             }
             DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
                 t.int32_data
