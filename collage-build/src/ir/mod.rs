@@ -2,6 +2,7 @@
 //!
 //! The value types ([`Tensor`], [`TensorType`], ...) live in [`crate::tensor`], below the
 //! operators that nodes hold; they are re-exported here with the graph.
+pub mod control;
 mod graph;
 mod verify;
 

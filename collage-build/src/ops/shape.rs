@@ -29,16 +29,18 @@ fn lower_reshape(cx: &mut LowerCx) -> OpResult<Vec<Src>> {
 /// Element 0 of a tensor as a scalar constant of its type.
 fn scalar_of(t: &Tensor) -> Scalar {
     match t.ty.dtype {
-        DType::I32 | DType::I64 => Scalar::from_i64(t.ty.dtype, t.get_i64(0)),
         DType::Bool => Scalar::Bool(t.get_i64(0) != 0),
+        d if d.is_int() => Scalar::from_int(d, t.get_int(0)),
         d => Scalar::from_f64(d, t.get_f64(0)),
     }
 }
 
-/// Checks that input `i` is a 1-D integer tensor (a shape or a list of axes).
+/// Checks that input `i` is a 1-D integer tensor (a shape or a list of axes; a list of axes may
+/// also be a scalar, one axis, as ONNX's reference implementation reads it).
 fn check_int_list(cx: &InferCx, i: usize, what: &str) -> OpResult<()> {
     let t = cx.input(i)?;
-    if !t.dtype.is_int() || t.rank() != 1 {
+    let rank_ok = t.rank() == 1 || (t.rank() == 0 && what == "axes");
+    if !t.dtype.is_int() || !rank_ok {
         return Err(OpError::expected(
             format!("{what} (input {i}) to be a 1-D integer tensor"),
             t,

@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::error::{Error, OpError, Result};
+use crate::ir::control::ControlFlow;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{InferCx, LowerCx};
 use crate::te::eval_stages;
@@ -36,6 +37,14 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
     let mut produced_by: std::collections::HashMap<ValueId, usize> = Default::default();
     let mut halves = Halves::default();
     while let Some((mut node, low)) = queue.pop_front() {
+        // Control flow becomes the nodes it runs (its inputs are inferred by now).
+        if let Some(cf) = node.op.as_any().downcast_ref::<ControlFlow>() {
+            let nodes = super::control::expand(g, &node, cf)?;
+            for n in nodes.into_iter().rev() {
+                queue.push_front((n, None));
+            }
+            continue;
+        }
         // A node reading a 16-bit float computes on f32 instead: its inputs are cast first (the
         // casts run next, then the node again, remembering the type to cast its outputs back to).
         if low.is_none() {

@@ -1,5 +1,6 @@
 //! Graph passes, run as an explicit ordered pipeline with the verifier after each.
 mod batchnorm;
+mod control;
 mod dce;
 mod infer;
 

@@ -6,11 +6,13 @@ mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use prost::Message;
 
 use crate::error::{io_err, Error, Result};
-use crate::ir::{DType, Graph, TensorType, ValueId};
+use crate::ir::control::ControlFlow;
+use crate::ir::{DType, Graph, Node, TensorType, ValueId};
 use crate::ops::{self, Attr, Attrs, OpCx};
 pub use tensor::{tensor_from_proto, tensor_to_proto};
 
@@ -70,24 +72,69 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
     }
 
     let mut unsupported: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let scope = Scope {
+        opset,
+        base,
+        prefix: "",
+    };
+    let nodes = import_nodes(&graph.node, &mut g, &mut by_name, &scope, &mut unsupported)?;
+    g.nodes = nodes;
+    if !unsupported.is_empty() {
+        return Err(Error::UnsupportedOps {
+            ops: unsupported.into_iter().collect(),
+        });
+    }
+    for vo in &graph.output {
+        let v = by_name.get(&vo.name).copied().ok_or_else(|| {
+            model_err(format!("output `{}` is not produced by any node", vo.name))
+        })?;
+        g.outputs.push(v);
+    }
+    Ok(g)
+}
+
+/// Operators with graph attributes that inference expands ([`crate::ir::control`]).
+const CONTROL_FLOW: &[&str] = &["If", "Scan"];
+
+/// Where nodes are imported: the opset, the folder of external data, and the prefix of the names
+/// of nodes and values (a body's, so that its copies stay apart).
+struct Scope<'a> {
+    opset: i64,
+    base: &'a Path,
+    prefix: &'a str,
+}
+
+/// Imports `nodes`: values are added to `g` (`by_name` maps ONNX names to them, and is extended),
+/// the nodes returned; unknown operators are collected in `unsupported` (their outputs still get
+/// values, so that every unsupported operator is reported at once).
+fn import_nodes(
+    nodes: &[proto::NodeProto],
+    g: &mut Graph,
+    by_name: &mut HashMap<String, ValueId>,
+    scope: &Scope,
+    unsupported: &mut BTreeMap<String, Vec<String>>,
+) -> Result<Vec<Node>> {
     let mut used_names: HashMap<String, usize> = HashMap::new();
-    for (i, node) in graph.node.iter().enumerate() {
+    let mut out = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
         let mut node_name = if node.name.is_empty() {
-            format!("{}_{i}", node.op_type)
+            format!("{}{}_{i}", scope.prefix, node.op_type)
         } else {
-            node.name.clone()
+            format!("{}{}", scope.prefix, node.name)
         };
         let count = used_names.entry(node_name.clone()).or_insert(0);
         *count += 1;
         if *count > 1 {
             node_name = format!("{node_name}_{}", *count - 1);
         }
-        let ctor = if node.domain.is_empty() || node.domain == "ai.onnx" {
+        let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
+        let control = default_domain && CONTROL_FLOW.contains(&node.op_type.as_str());
+        let ctor = if default_domain {
             ops::lookup(&node.op_type)
         } else {
             None
         };
-        let Some(ctor) = ctor else {
+        if ctor.is_none() && !control {
             let op = if node.domain.is_empty() {
                 node.op_type.clone()
             } else {
@@ -95,24 +142,37 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
             };
             unsupported.entry(op).or_default().push(node_name);
             for out in &node.output {
-                let v = g.add_value(out.clone(), None);
+                let v = g.add_value(format!("{}{out}", scope.prefix), None);
                 by_name.insert(out.clone(), v);
             }
             continue;
-        };
+        }
         let node_err = |error| Error::Node {
             node: node_name.clone(),
             op: node.op_type.clone(),
             error,
         };
-        let attrs = attrs(node, base).map_err(node_err)?;
-        let op = ctor(&OpCx {
-            attrs: &attrs,
-            opset,
-            n_inputs: node.input.len(),
-            n_outputs: node.output.len(),
-        })
-        .map_err(node_err)?;
+        let (attrs, bodies) = attrs(node, scope.base, control).map_err(node_err)?;
+        let op: Arc<dyn ops::Operator> = match ctor {
+            Some(ctor) => ctor(&OpCx {
+                attrs: &attrs,
+                opset: scope.opset,
+                n_inputs: node.input.len(),
+                n_outputs: node.output.len(),
+            })
+            .map_err(node_err)?,
+            None => Arc::new(ControlFlow {
+                op_type: CONTROL_FLOW
+                    .iter()
+                    .find(|c| **c == node.op_type)
+                    .expect("a control-flow op"),
+                attrs,
+                bodies,
+                opset: scope.opset,
+                base: scope.base.to_path_buf(),
+                scope: by_name.clone(),
+            }),
+        };
         let mut inputs = Vec::new();
         for inp in &node.input {
             if inp.is_empty() {
@@ -136,7 +196,7 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
                 if out.is_empty() {
                     format!("{node_name}_unused")
                 } else {
-                    out.clone()
+                    format!("{}{out}", scope.prefix)
                 },
                 None,
             );
@@ -145,20 +205,73 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
             }
             outputs.push(v);
         }
-        g.add_node(node_name, op, inputs, outputs);
+        out.push(Node {
+            name: node_name,
+            op,
+            inputs,
+            outputs,
+        });
     }
+    Ok(out)
+}
+
+/// Imports one body of control-flow node `cf` into `g`: its formal inputs are bound to `inputs`,
+/// names it does not define resolve in the node's scope. Returns the body's nodes (to be
+/// inferred in order) and the values of its outputs.
+pub fn import_body(
+    bytes: &[u8],
+    g: &mut Graph,
+    inputs: &[ValueId],
+    cf: &ControlFlow,
+    prefix: &str,
+) -> Result<(Vec<Node>, Vec<ValueId>)> {
+    let model = g.name.clone();
+    let err = |detail: String| Error::Model {
+        model: model.clone(),
+        detail: format!("body `{prefix}`: {detail}"),
+    };
+    let body = proto::GraphProto::decode(bytes).map_err(|e| err(e.to_string()))?;
+    let base = cf.base.as_path();
+    if body.input.len() != inputs.len() {
+        return Err(err(format!(
+            "{} inputs, the node gives {}",
+            body.input.len(),
+            inputs.len()
+        )));
+    }
+    let mut by_name = cf.scope.clone();
+    for (vi, &v) in body.input.iter().zip(inputs) {
+        by_name.insert(vi.name.clone(), v);
+    }
+    for init in &body.initializer {
+        let t = tensor_from_proto(init, base)
+            .map_err(|e| err(format!("initializer `{}`: {e}", init.name)))?;
+        let v = g.add_const(format!("{prefix}{}", init.name), t);
+        by_name.insert(init.name.clone(), v);
+    }
+    let mut unsupported = BTreeMap::new();
+    let scope = Scope {
+        opset: cf.opset,
+        base,
+        prefix,
+    };
+    let nodes = import_nodes(&body.node, g, &mut by_name, &scope, &mut unsupported)?;
     if !unsupported.is_empty() {
         return Err(Error::UnsupportedOps {
             ops: unsupported.into_iter().collect(),
         });
     }
-    for vo in &graph.output {
-        let v = by_name.get(&vo.name).copied().ok_or_else(|| {
-            model_err(format!("output `{}` is not produced by any node", vo.name))
-        })?;
-        g.outputs.push(v);
-    }
-    Ok(g)
+    let outputs = body
+        .output
+        .iter()
+        .map(|o| {
+            by_name
+                .get(&o.name)
+                .copied()
+                .ok_or_else(|| err(format!("output `{}` is not produced", o.name)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((nodes, outputs))
 }
 
 fn value_type(vi: &proto::ValueInfoProto) -> Result<TensorType, String> {
@@ -190,11 +303,28 @@ fn value_type(vi: &proto::ValueInfoProto) -> Result<TensorType, String> {
     Ok(TensorType::new(dtype, shape))
 }
 
-fn attrs(node: &proto::NodeProto, base: &Path) -> Result<Attrs, crate::error::OpError> {
+/// A node's attributes, and its graph attributes encoded (only a control-flow node may have
+/// them).
+fn attrs(
+    node: &proto::NodeProto,
+    base: &Path,
+    control: bool,
+) -> Result<(Attrs, BTreeMap<String, Arc<Vec<u8>>>), crate::error::OpError> {
     use proto::attribute_proto::AttributeType as T;
     let mut m = BTreeMap::new();
+    let mut bodies = BTreeMap::new();
     for a in &node.attribute {
         let v = match T::try_from(a.r#type).unwrap_or(T::Undefined) {
+            T::Graph if control => {
+                let g = a.g.as_ref().ok_or_else(|| {
+                    crate::error::OpError::expected(
+                        format!("attribute `{}` to hold a graph", a.name),
+                        "nothing",
+                    )
+                })?;
+                bodies.insert(a.name.clone(), Arc::new(g.encode_to_vec()));
+                continue;
+            }
             T::Int => Attr::Int(a.i),
             T::Float => Attr::Float(a.f),
             T::String => Attr::Str(String::from_utf8_lossy(&a.s).into_owned()),
@@ -226,5 +356,5 @@ fn attrs(node: &proto::NodeProto, base: &Path) -> Result<Attrs, crate::error::Op
         };
         m.insert(a.name.clone(), v);
     }
-    Ok(Attrs(m))
+    Ok((Attrs(m), bodies))
 }
