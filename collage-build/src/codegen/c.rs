@@ -114,6 +114,12 @@ CL_INT_OPS(uint64_t, u64)
 /* The 16-bit floats are stored as their bits and computed on as float (the graph casts around
    every operator but Cast). Conversions round to nearest even; NaN stays a (quiet) NaN. */
 typedef union { float f; uint32_t u; } cl_f32_bits;
+typedef union { double f; uint64_t u; } cl_f64_bits;
+/* BitCast: a float's bits as an integer of its size, and back. */
+static inline uint32_t cl_bits_f32(float f) { cl_f32_bits v; v.f = f; return v.u; }
+static inline float cl_f32_of_bits(uint32_t u) { cl_f32_bits v; v.u = u; return v.f; }
+static inline uint64_t cl_bits_f64(double f) { cl_f64_bits v; v.f = f; return v.u; }
+static inline double cl_f64_of_bits(uint64_t u) { cl_f64_bits v; v.u = u; return v.f; }
 static inline float cl_f16_to_f32(uint16_t h) {
     uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     cl_f32_bits v;
@@ -140,6 +146,40 @@ static inline uint16_t cl_f32_to_bf16(float f) {
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
+
+/* The 8-bit floats: MAN mantissa bits, exponent BIAS; KIND 0: no infinity, NaN all ones
+   (E4M3FN); 1: no infinity, no -0, NaN 0x80 (FNUZ); 2: IEEE-like (E5M2). Encoding rounds to
+   nearest even and saturates at MAX (Cast's saturate=0 is handled by the operator). */
+static inline float cl_f8_decode(uint8_t b, int man, int bias, int kind) {
+    int e = (b & 0x7f) >> man, m = b & ((1 << man) - 1), emax = (1 << (7 - man)) - 1;
+    if (kind == 1 && b == 0x80) return NAN;
+    if (kind == 0 && (b & 0x7f) == 0x7f) return NAN;
+    if (kind == 2 && e == emax) return m ? NAN : ((b & 0x80) ? -INFINITY : INFINITY);
+    float v = e == 0 ? ldexpf((float)m, 1 - bias - man) : ldexpf((float)(m + (1 << man)), e - bias - man);
+    return (b & 0x80) ? -v : v;
+}
+static inline uint8_t cl_f8_encode(float x, int man, int bias, int kind, float max) {
+    if (x != x) return kind == 1 ? 0x80 : 0x7f;
+    uint8_t s = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (a > max) a = max;
+    int e;
+    frexpf(a, &e);
+    int q = (a == 0.0f || e - 1 < 1 - bias ? 1 - bias : e - 1) - man;
+    float r = ldexpf(nearbyintf(ldexpf(a, -q)), q);
+    if (r > max) r = max;
+    if (r == 0.0f) return kind == 1 ? 0 : s;
+    frexpf(r, &e);
+    if (e - 1 + bias <= 0) return (uint8_t)(s | (uint8_t)ldexpf(r, bias - 1 + man));
+    return (uint8_t)(s | ((e - 1 + bias) << man) | ((int)ldexpf(r, man - (e - 1)) - (1 << man)));
+}
+#define CL_F8(NAME, MAN, BIAS, KIND, MAX) \
+static inline float cl_##NAME##_to_f32(uint8_t b) { return cl_f8_decode(b, MAN, BIAS, KIND); } \
+static inline uint8_t cl_f32_to_##NAME(float x) { return cl_f8_encode(x, MAN, BIAS, KIND, MAX); }
+CL_F8(f8e4m3fn, 3, 7, 0, 448.0f)
+CL_F8(f8e4m3fnuz, 3, 8, 1, 240.0f)
+CL_F8(f8e5m2, 2, 15, 2, 57344.0f)
+CL_F8(f8e5m2fnuz, 2, 16, 1, 57344.0f)
 
 #define CL_FLOAT_OPS(T, S) \
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
@@ -211,6 +251,23 @@ fn narrow(d: DType) -> bool {
 }
 
 /// The suffix of the prelude's helpers for `d` (`cl_max_u8`, ...): its Rust name.
+/// `x`, a C value of type `from`, with its bits reinterpreted as `to` (of the same size). The
+/// integers and the 16-bit floats (stored as their bits) convert by a C cast; a Bool is whether
+/// any bit is set, as the interpreter has it.
+fn bitcast(from: DType, to: DType, x: &str) -> String {
+    let bits = match from {
+        DType::F32 => format!("cl_bits_f32({x})"),
+        DType::F64 => format!("cl_bits_f64({x})"),
+        _ => x.to_string(),
+    };
+    match to {
+        DType::F32 => format!("cl_f32_of_bits((uint32_t){bits})"),
+        DType::F64 => format!("cl_f64_of_bits((uint64_t){bits})"),
+        DType::Bool => format!("((uint8_t)({bits} != 0))"),
+        _ => format!("(({}){bits})", to.c_type()),
+    }
+}
+
 fn suffix(d: DType) -> &'static str {
     d.rust_type()
 }
@@ -239,6 +296,7 @@ fn scalar(s: Scalar) -> String {
         Scalar::U32(v) => format!("UINT32_C({v})"),
         // The 16-bit floats are their bits in C.
         Scalar::F16(b) | Scalar::BF16(b) => format!("((uint16_t)0x{b:04x})"),
+        Scalar::F8(_, b) => format!("((uint8_t)0x{b:02x})"),
         // The other integers fit an int: a cast of the literal (the minimum of each is
         // representable as a negative int literal).
         i => format!("(({}){})", i.dtype().c_type(), i.as_int()),
@@ -305,14 +363,14 @@ impl Emitter<'_> {
             Expr::Cast(d, a) => {
                 let from = self.dtype(a);
                 let mut x = self.expr(a);
-                if from == *d && d.is_half() {
+                if from == *d && d.is_narrow_float() {
                     return x;
                 }
-                // A 16-bit float's bits become a float first.
-                if from.is_half() {
+                // A narrow float's bits become a float first.
+                if from.is_narrow_float() {
                     x = format!("cl_{}_to_f32({x})", from.name());
                 }
-                if d.is_half() {
+                if d.is_narrow_float() {
                     format!("cl_f32_to_{}((float){x})", d.name())
                 } else if *d == DType::Bool {
                     format!("((uint8_t)({x} != 0))")
@@ -343,6 +401,7 @@ impl Emitter<'_> {
             UnOp::Sign => format!("cl_sign_{}({x})", suffix(d)),
             UnOp::Not => format!("((uint8_t)!{x})"),
             UnOp::BitNot => format!("(({})~{x})", d.c_type()),
+            UnOp::BitCast(to) => bitcast(d, to, &x),
             UnOp::IsNaN => format!("((uint8_t)isnan({x}))"),
             UnOp::IsPosInf => format!("((uint8_t)(isinf({x}) && {x} > 0))"),
             UnOp::IsNegInf => format!("((uint8_t)(isinf({x}) && {x} < 0))"),

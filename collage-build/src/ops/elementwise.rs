@@ -7,7 +7,7 @@ use super::{
     INTS, NUMERIC,
 };
 use crate::error::OpError;
-use crate::te::{BinOp, Expr, UnOp};
+use crate::te::{BinOp, Expr, Scalar, UnOp};
 use crate::tensor::{DType, TensorType};
 
 /// The output element type of an elementwise operator.
@@ -280,6 +280,35 @@ fn activation(
 
 fn sigmoid(x: Expr, d: DType) -> Expr {
     Expr::c(d, 1.0).div(Expr::c(d, 1.0).add(x.neg().exp()))
+}
+
+/// `x` converted to `d`. Conversions to an 8-bit float saturate at its largest finite value
+/// (`Expr::cast`); with `saturate` = 0 a value that rounds past it (and infinity) becomes
+/// infinity where the type has one (E5M2), NaN where not, as ONNX's Cast specifies.
+fn cast(x: Expr, d: DType, saturate: bool) -> Expr {
+    let Some(f8) = d.float8().filter(|_| !saturate) else {
+        return x.cast(d);
+    };
+    // The overflow threshold: half a quantum above the largest value; a tie rounds to even,
+    // past the largest value when its mantissa is odd.
+    let e_max = (f8.max.log2().floor()) as i32;
+    let threshold = f8.max + 2f64.powi(e_max - f8.man) / 2.0;
+    let odd = (f8.max * 2f64.powi(f8.man - e_max)) as u64 % 2 == 1;
+    let v = x.clone().cast(DType::F64);
+    let big = if odd {
+        v.clone().abs().ge(Expr::c(DType::F64, threshold))
+    } else {
+        v.clone().abs().gt(Expr::c(DType::F64, threshold))
+    };
+    let overflow = match f8.kind {
+        crate::tensor::Float8Kind::Ieee => Expr::select(
+            v.gt(Expr::c(DType::F64, 0.0)),
+            Expr::Const(Scalar::F8(d, 0x7c)),
+            Expr::Const(Scalar::F8(d, 0xfc)),
+        ),
+        _ => Expr::Const(Scalar::F8(d, f8.nan())),
+    };
+    Expr::select(big, overflow, x.cast(d))
 }
 
 fn softplus(x: Expr, d: DType) -> Expr {
@@ -575,13 +604,18 @@ pub const OPS: &[(&str, Constructor)] = &[
         let to = i32::try_from(cx.attrs.int("to", 0)?).unwrap_or(-1);
         let d = DType::from_onnx(to)
             .ok_or_else(|| OpError::Unsupported(format!("Cast to {}", DType::onnx_name(to))))?;
-        Ok(Arc::new(ew("Cast", ALL, OutTy::To(d), |_, a, d| {
-            a0(a).cast(d)
-        })))
+        let mut e = ew("Cast", ALL, OutTy::To(d), |o, a, d| {
+            cast(a0(a), d, o.n != 0)
+        });
+        e.n = cx.attrs.int("saturate", 1)?;
+        Ok(Arc::new(e))
     }),
-    ("CastLike", |_| {
-        let mut e = ew("CastLike", ALL, OutTy::Second, |_, a, d| a0(a).cast(d));
+    ("CastLike", |cx| {
+        let mut e = ew("CastLike", ALL, OutTy::Second, |o, a, d| {
+            cast(a0(a), d, o.n != 0)
+        });
         e.same_types = false;
+        e.n = cx.attrs.int("saturate", 1)?;
         Ok(Arc::new(e))
     }),
     ("Identity", |_| {

@@ -12,10 +12,12 @@ use crate::tensor::{DType, Tensor, TensorType};
 
 mod attrs;
 pub mod elementwise;
+pub mod extra;
 pub mod index;
 pub mod matmul;
 pub mod misc;
 pub mod nn;
+pub mod quant;
 pub mod reduce;
 pub mod shape;
 
@@ -259,9 +261,11 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     index::OPS,
     matmul::OPS,
     nn::OPS,
+    quant::OPS,
     reduce::OPS,
     shape::OPS,
     misc::OPS,
+    extra::OPS,
 ];
 
 /// The constructor for an ONNX op type of the default domain.

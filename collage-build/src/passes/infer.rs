@@ -189,7 +189,7 @@ struct Halves {
 
 /// The operators that read and write the 16-bit floats themselves.
 fn converts_halves(op_type: &str) -> bool {
-    matches!(op_type, "Cast" | "CastLike")
+    matches!(op_type, "Cast" | "CastLike" | "BitCast")
 }
 
 fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
@@ -227,7 +227,7 @@ impl Halves {
             let Some(d) = g.value(v).ty.as_ref().map(|t| t.dtype) else {
                 continue;
             };
-            if !d.is_half() {
+            if !d.is_narrow_float() {
                 continue;
             }
             low.get_or_insert(d);

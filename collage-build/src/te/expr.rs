@@ -42,6 +42,8 @@ pub enum Scalar {
     F16(u16),
     /// bfloat16, as its bits.
     BF16(u16),
+    /// An 8-bit float of the type, as its byte.
+    F8(DType, u8),
 }
 
 impl Scalar {
@@ -61,6 +63,7 @@ impl Scalar {
             Scalar::U64(_) => DType::U64,
             Scalar::F16(_) => DType::F16,
             Scalar::BF16(_) => DType::BF16,
+            Scalar::F8(d, _) => d,
         }
     }
 
@@ -71,6 +74,7 @@ impl Scalar {
             DType::F64 => Scalar::F64(v),
             DType::F16 => Scalar::F16(half::f16::from_f64(v).to_bits()),
             DType::BF16 => Scalar::BF16(half::bf16::from_f64(v).to_bits()),
+            d if d.float8().is_some() => Scalar::F8(d, d.float8().expect("checked").encode(v)),
             DType::Bool => Scalar::Bool(v != 0.0),
             d => {
                 let (lo, hi) = d.int_range().expect("an integer type");
@@ -91,7 +95,6 @@ impl Scalar {
         match dtype {
             DType::F32 => Scalar::F32(v as f32),
             DType::F64 => Scalar::F64(v as f64),
-            DType::F16 | DType::BF16 => Scalar::from_f64(dtype, v as f64),
             DType::Bool => Scalar::Bool(w != 0),
             DType::I8 => Scalar::I8(w as i8),
             DType::U8 => Scalar::U8(w as u8),
@@ -101,6 +104,7 @@ impl Scalar {
             DType::U32 => Scalar::U32(w as u32),
             DType::I64 => Scalar::I64(w as i64),
             DType::U64 => Scalar::U64(w as u64),
+            _ => Scalar::from_f64(dtype, v as f64),
         }
     }
 
@@ -111,6 +115,7 @@ impl Scalar {
             Scalar::F64(v) => v,
             Scalar::F16(b) => half::f16::from_bits(b).to_f64(),
             Scalar::BF16(b) => half::bf16::from_bits(b).to_f64(),
+            Scalar::F8(d, b) => d.float8().expect("an 8-bit float").decode(b),
             i => i.as_int() as f64,
         }
     }
@@ -120,7 +125,7 @@ impl Scalar {
         match self {
             Scalar::F32(v) => v as i128,
             Scalar::F64(v) => v as i128,
-            Scalar::F16(_) | Scalar::BF16(_) => self.as_f64() as i128,
+            Scalar::F16(_) | Scalar::BF16(_) | Scalar::F8(..) => self.as_f64() as i128,
             Scalar::Bool(v) => v as i128,
             Scalar::I8(v) => v as i128,
             Scalar::U8(v) => v as i128,
@@ -184,6 +189,9 @@ pub enum UnOp {
     IsNegInf,
     /// Bitwise complement of an integer.
     BitNot,
+    /// The operand's bits reinterpreted as this type (of the same size); the result has this
+    /// type, not the operand's.
+    BitCast(DType),
 }
 
 impl UnOp {
@@ -202,6 +210,7 @@ impl UnOp {
                 | UnOp::IsPosInf
                 | UnOp::IsNegInf
                 | UnOp::BitNot
+                | UnOp::BitCast(_)
         )
     }
 }
@@ -274,8 +283,8 @@ impl RedOp {
             (RedOp::Max, DType::F64) => Scalar::F64(f64::NEG_INFINITY),
             (RedOp::Min, DType::F32) => Scalar::F32(f32::INFINITY),
             (RedOp::Min, DType::F64) => Scalar::F64(f64::INFINITY),
-            (RedOp::Max, d) if d.is_half() => Scalar::from_f64(d, f64::NEG_INFINITY),
-            (RedOp::Min, d) if d.is_half() => Scalar::from_f64(d, f64::INFINITY),
+            (RedOp::Max, d) if d.is_narrow_float() => Scalar::from_f64(d, f64::NEG_INFINITY),
+            (RedOp::Min, d) if d.is_narrow_float() => Scalar::from_f64(d, f64::INFINITY),
             (RedOp::Max, d) => Scalar::from_int(d, d.int_range().expect("an integer type").0),
             (RedOp::Min, d) => Scalar::from_int(d, d.int_range().expect("an integer type").1),
         }
@@ -644,6 +653,7 @@ impl Expr {
             Expr::Const(s) => s.dtype(),
             Expr::Load(s, _) | Expr::LoadFlat(s, _) => src(*s),
             Expr::Un(UnOp::Not | UnOp::IsNaN | UnOp::IsPosInf | UnOp::IsNegInf, _) => DType::Bool,
+            Expr::Un(UnOp::BitCast(d), _) => *d,
             Expr::Un(_, a) => a.dtype(src, acc),
             Expr::Bin(op, a, _) => {
                 if op.is_compare() {

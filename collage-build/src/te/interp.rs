@@ -18,7 +18,7 @@ fn load(t: &Tensor, flat: i64) -> Scalar {
     match t.ty.dtype {
         DType::F32 => Scalar::F32(t.get_f64(i) as f32),
         DType::F64 => Scalar::F64(t.get_f64(i)),
-        d if d.is_half() => Scalar::from_f64(d, t.get_f64(i)),
+        d if d.is_narrow_float() => Scalar::from_f64(d, t.get_f64(i)),
         d => Scalar::from_int(d, t.get_int(i)),
     }
 }
@@ -63,7 +63,12 @@ fn un_f64(op: UnOp, x: f64) -> f64 {
                 x
             }
         }
-        UnOp::Not | UnOp::IsNaN | UnOp::IsPosInf | UnOp::IsNegInf | UnOp::BitNot => {
+        UnOp::Not
+        | UnOp::IsNaN
+        | UnOp::IsPosInf
+        | UnOp::IsNegInf
+        | UnOp::BitNot
+        | UnOp::BitCast(_) => {
             unreachable!()
         }
     }
@@ -75,16 +80,39 @@ fn un(op: UnOp, a: Scalar) -> Scalar {
         UnOp::IsNaN => return Scalar::Bool(a.as_f64().is_nan()),
         UnOp::IsPosInf => return Scalar::Bool(a.as_f64() == f64::INFINITY),
         UnOp::IsNegInf => return Scalar::Bool(a.as_f64() == f64::NEG_INFINITY),
+        UnOp::BitCast(d) => return bitcast(d, a),
         _ => {}
     }
     match a {
         Scalar::F32(x) => Scalar::F32(un_f64(op, x as f64) as f32),
         Scalar::F64(x) => Scalar::F64(un_f64(op, x)),
         // The 16-bit floats compute in f32 and round the result, as the graph's casts do.
-        h if h.dtype().is_half() => {
+        h if h.dtype().is_narrow_float() => {
             Scalar::from_f64(h.dtype(), un_f64(op, h.as_f64()) as f32 as f64)
         }
         i => Scalar::from_int(i.dtype(), un_int(op, i.as_int())),
+    }
+}
+
+/// The bits of `a` (zero-extended to 64) reinterpreted as `d`, a type of the same size (to
+/// Bool: whether any bit is set, as the generated code stores it).
+fn bitcast(d: DType, a: Scalar) -> Scalar {
+    let bits: u64 = match a {
+        Scalar::F32(x) => x.to_bits() as u64,
+        Scalar::F64(x) => x.to_bits(),
+        Scalar::F16(b) | Scalar::BF16(b) => b as u64,
+        i => {
+            let width = 8 * i.dtype().size() as u32;
+            (i.as_int() as u64) & (u64::MAX >> (64 - width))
+        }
+    };
+    match d {
+        DType::F32 => Scalar::F32(f32::from_bits(bits as u32)),
+        DType::F64 => Scalar::F64(f64::from_bits(bits)),
+        DType::F16 => Scalar::F16(bits as u16),
+        DType::BF16 => Scalar::BF16(bits as u16),
+        DType::Bool => Scalar::Bool(bits != 0),
+        d => Scalar::from_int(d, bits as i128),
     }
 }
 
@@ -211,7 +239,7 @@ fn bin(op: BinOp, a: Scalar, b: Scalar) -> Scalar {
             Scalar::F32(r)
         }
         Scalar::F64(x) => Scalar::F64(bin_f64(op, x, b.as_f64())),
-        h if h.dtype().is_half() => {
+        h if h.dtype().is_narrow_float() => {
             let r = bin(
                 op,
                 Scalar::F32(h.as_f64() as f32),
@@ -434,6 +462,29 @@ mod tests {
         assert_eq!(cast(DType::U32, Scalar::F64(3.9)), Scalar::U32(3));
         assert_eq!(RedOp::Max.init(DType::U16), Scalar::U16(0));
         assert_eq!(RedOp::Min.init(DType::I8), Scalar::I8(127));
+    }
+
+    /// BitCast keeps every bit (sign bits, NaN payloads, the 16-bit floats' bits).
+    #[test]
+    fn bitcast_bits() {
+        let bc = |d: DType, v: Scalar| un(UnOp::BitCast(d), v);
+        assert_eq!(bc(DType::I32, Scalar::F32(1.0)), Scalar::I32(0x3f80_0000));
+        assert_eq!(bc(DType::U32, Scalar::F32(-0.0)), Scalar::U32(0x8000_0000));
+        assert!(bc(DType::F32, Scalar::I32(-1)).as_f64().is_nan());
+        assert_eq!(
+            bc(DType::I64, Scalar::F64(-2.0)),
+            Scalar::I64(-4_611_686_018_427_387_904)
+        );
+        assert_eq!(
+            bc(DType::F64, Scalar::U64(0x3ff0_0000_0000_0000)),
+            Scalar::F64(1.0)
+        );
+        assert_eq!(bc(DType::I16, Scalar::F16(0xc000)), Scalar::I16(-16384));
+        assert_eq!(bc(DType::BF16, Scalar::I16(-1)), Scalar::BF16(0xffff));
+        assert_eq!(bc(DType::F16, Scalar::BF16(0x3f80)), Scalar::F16(0x3f80));
+        assert_eq!(bc(DType::U8, Scalar::I8(-2)), Scalar::U8(254));
+        assert_eq!(bc(DType::U8, Scalar::Bool(true)), Scalar::U8(1));
+        assert_eq!(bc(DType::Bool, Scalar::U8(2)), Scalar::Bool(true));
     }
 }
 

@@ -38,7 +38,9 @@ impl Display for Scalar {
             Scalar::I32(v) => write!(f, "{v}i32"),
             Scalar::I64(v) => write!(f, "{v}i64"),
             Scalar::Bool(v) => write!(f, "{v}"),
-            h @ (Scalar::F16(_) | Scalar::BF16(_)) => write!(f, "{:?}{}", h.as_f64(), h.dtype()),
+            h @ (Scalar::F16(_) | Scalar::BF16(_) | Scalar::F8(..)) => {
+                write!(f, "{:?}{}", h.as_f64(), h.dtype())
+            }
             i => write!(f, "{}{}", i.as_int(), i.dtype()),
         }
     }
@@ -75,6 +77,7 @@ impl UnOp {
             UnOp::IsPosInf => "isposinf",
             UnOp::IsNegInf => "isneginf",
             UnOp::BitNot => "bitnot",
+            UnOp::BitCast(_) => "bitcast",
         }
     }
 }
@@ -174,6 +177,7 @@ impl Display for Expr {
                 f.write_str("]")
             }
             Expr::LoadFlat(s, e) => write!(f, "{s}{{{e}}}"),
+            Expr::Un(UnOp::BitCast(d), e) => write!(f, "bitcast<{d}>({e})"),
             Expr::Un(op, e) => write!(f, "{}({e})", op.name()),
             Expr::Bin(op, a, b) => match op.infix() {
                 Some(sym) => write!(f, "({a} {sym} {b})"),

@@ -4,5 +4,5 @@
 mod types;
 mod value;
 
-pub use types::{strides, DType, Limits, TensorType, ALL_DTYPES};
+pub use types::{strides, DType, Float8, Float8Kind, Limits, TensorType, ALL_DTYPES};
 pub use value::{compare, pseudo_random, Tensor};

@@ -31,11 +31,116 @@ pub enum DType {
     F16,
     /// bfloat16, stored as its 16 bits; a storage type like [`DType::F16`].
     BF16,
+    /// 8-bit float E4M3FN (no infinity; NaN is all ones), a storage type like [`DType::F16`].
+    F8E4M3FN,
+    /// 8-bit float E4M3FNUZ (no infinity, no negative zero; NaN is 0x80).
+    F8E4M3FNUZ,
+    /// 8-bit float E5M2 (IEEE-like, with infinities).
+    F8E5M2,
+    /// 8-bit float E5M2FNUZ (no infinity, no negative zero; NaN is 0x80).
+    F8E5M2FNUZ,
 }
 
-/// Every element type: the floats, the integers, Bool, then the 16-bit storage floats (so that
-/// the numeric and the integer types are sub-slices: [`DType::numeric`], [`DType::ints`]).
-pub const ALL_DTYPES: [DType; 13] = [
+/// The encoding of an 8-bit float type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Float8 {
+    /// Mantissa bits (3 or 2; the exponent has the other 7 - `man`).
+    pub man: i32,
+    /// Exponent bias.
+    pub bias: i32,
+    /// How infinity and NaN are encoded.
+    pub kind: Float8Kind,
+    /// The largest finite value.
+    pub max: f64,
+}
+
+/// How an 8-bit float encodes its special values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Float8Kind {
+    /// No infinity; NaN is S.1111.111 (E4M3FN).
+    Fn,
+    /// No infinity, no negative zero; NaN is 0x80 (the FNUZ types).
+    Fnuz,
+    /// IEEE-like: exponent all ones is infinity (mantissa 0) or NaN (E5M2).
+    Ieee,
+}
+
+impl Float8 {
+    /// The byte of NaN.
+    pub fn nan(self) -> u8 {
+        match self.kind {
+            Float8Kind::Fnuz => 0x80,
+            _ => 0x7f,
+        }
+    }
+
+    /// The value of byte `b`.
+    pub fn decode(self, b: u8) -> f64 {
+        let (man, bias) = (self.man, self.bias);
+        let e = ((b & 0x7f) >> man) as i32;
+        let m = (b & ((1u8 << man) - 1)) as f64;
+        let emax = (1 << (7 - man)) - 1;
+        match self.kind {
+            Float8Kind::Fnuz if b == 0x80 => return f64::NAN,
+            Float8Kind::Fn if b & 0x7f == 0x7f => return f64::NAN,
+            Float8Kind::Ieee if e == emax => {
+                return if m != 0.0 {
+                    f64::NAN
+                } else if b & 0x80 != 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }
+            }
+            _ => {}
+        }
+        let v = if e == 0 {
+            m * 2f64.powi(1 - bias - man)
+        } else {
+            (m + (1 << man) as f64) * 2f64.powi(e - bias - man)
+        };
+        if b & 0x80 != 0 {
+            -v
+        } else {
+            v
+        }
+    }
+
+    /// The byte nearest `x` (ties to even), saturating: beyond the largest finite value (and
+    /// infinity) is the largest finite value; NaN is NaN.
+    pub fn encode(self, x: f64) -> u8 {
+        if x.is_nan() {
+            return self.nan();
+        }
+        let s = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs().min(self.max);
+        // The exponent of the quantum at `a`: that of its binade, or of the subnormals.
+        let exp = |v: f64| -> i32 {
+            if v == 0.0 {
+                i32::MIN
+            } else {
+                ((v.to_bits() >> 52) & 0x7ff) as i32 - 1023
+            }
+        };
+        let q = (exp(a).max(1 - self.bias)) - self.man;
+        let r = ((a * 2f64.powi(-q)).round_ties_even() * 2f64.powi(q)).min(self.max);
+        if r == 0.0 {
+            return if self.kind == Float8Kind::Fnuz { 0 } else { s };
+        }
+        let e = exp(r);
+        let code = if e + self.bias <= 0 {
+            (r * 2f64.powi(self.bias - 1 + self.man)) as u8
+        } else {
+            let m = (r * 2f64.powi(self.man - e)) as u8 - (1u8 << self.man);
+            (((e + self.bias) as u8) << self.man) | m
+        };
+        s | code
+    }
+}
+
+/// Every element type: the floats, the integers, Bool, then the 16- and 8-bit storage floats (so
+/// that the numeric and the integer types are sub-slices: [`DType::numeric`], [`DType::ints`]).
+pub const ALL_DTYPES: [DType; 17] = [
     DType::F32,
     DType::F64,
     DType::I32,
@@ -49,6 +154,10 @@ pub const ALL_DTYPES: [DType; 13] = [
     DType::Bool,
     DType::F16,
     DType::BF16,
+    DType::F8E4M3FN,
+    DType::F8E4M3FNUZ,
+    DType::F8E5M2,
+    DType::F8E5M2FNUZ,
 ];
 
 impl DType {
@@ -67,15 +176,39 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => 1,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
-    /// True for the float types (F32, F64 and the 16-bit storage floats).
+    /// True for the float types (F32, F64 and the narrow storage floats).
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64) || self.is_half()
+        matches!(self, DType::F32 | DType::F64) || self.is_narrow_float()
+    }
+
+    /// True for the storage floats of 16 and 8 bits: operators compute on f32 between casts,
+    /// only `Cast` converts (`passes/infer.rs`).
+    pub fn is_narrow_float(self) -> bool {
+        self.is_half() || self.float8().is_some()
+    }
+
+    /// The encoding of an 8-bit float type.
+    pub fn float8(self) -> Option<Float8> {
+        let (man, bias, kind, max) = match self {
+            DType::F8E4M3FN => (3, 7, Float8Kind::Fn, 448.0),
+            DType::F8E4M3FNUZ => (3, 8, Float8Kind::Fnuz, 240.0),
+            DType::F8E5M2 => (2, 15, Float8Kind::Ieee, 57344.0),
+            DType::F8E5M2FNUZ => (2, 16, Float8Kind::Fnuz, 57344.0),
+            _ => return None,
+        };
+        Some(Float8 {
+            man,
+            bias,
+            kind,
+            max,
+        })
     }
 
     /// True for the 16-bit storage floats, F16 and BF16.
@@ -105,7 +238,7 @@ impl DType {
             DType::I64 => (i64::MIN as i128, i64::MAX as i128),
             DType::U64 => (0, u64::MAX as i128),
             DType::Bool => (0, 1),
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => return None,
+            _ => return None,
         })
     }
 
@@ -121,7 +254,7 @@ impl DType {
             DType::I64 => v as i64 as i128,
             DType::U64 => v as u64 as i128,
             DType::Bool => (v != 0) as i128,
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => v,
+            _ => v,
         }
     }
 
@@ -140,6 +273,7 @@ impl DType {
             DType::U32 => "uint32_t",
             DType::U64 => "uint64_t",
             DType::F16 | DType::BF16 => "uint16_t",
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => "uint8_t",
         }
     }
 
@@ -158,6 +292,7 @@ impl DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::F16 | DType::BF16 => "u16",
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => "u8",
         }
     }
 
@@ -167,6 +302,10 @@ impl DType {
         match self {
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
             d => d.rust_type(),
         }
     }
@@ -187,6 +326,10 @@ impl DType {
             DType::U64 => 13,
             DType::F16 => 10,
             DType::BF16 => 16,
+            DType::F8E4M3FN => 17,
+            DType::F8E4M3FNUZ => 18,
+            DType::F8E5M2 => 19,
+            DType::F8E5M2FNUZ => 20,
         }
     }
 
@@ -404,5 +547,40 @@ mod tests {
         assert_eq!(DType::U8.wrap_int(300), 44);
         assert_eq!(DType::I8.wrap_int(200), -56);
         assert_eq!(DType::U64.wrap_int(-1), u64::MAX as i128);
+    }
+
+    /// Every byte of every 8-bit float decodes and encodes back to itself (NaN to NaN); values
+    /// between two neighbours round to the nearer, ties to the even one; beyond the largest
+    /// finite value saturates.
+    #[test]
+    fn float8_round_trip() {
+        for d in [
+            DType::F8E4M3FN,
+            DType::F8E4M3FNUZ,
+            DType::F8E5M2,
+            DType::F8E5M2FNUZ,
+        ] {
+            let f = d.float8().unwrap();
+            for b in 0..=255u8 {
+                let v = f.decode(b);
+                if v.is_nan() {
+                    assert!(f.decode(f.encode(v)).is_nan());
+                } else if v.is_infinite() {
+                    assert_eq!(f.decode(f.encode(v)), v.signum() * f.max, "{d} saturates");
+                } else if !(v == 0.0 && b == 0x80) {
+                    assert_eq!(f.encode(v), b, "{d} byte {b:#x} = {v}");
+                }
+            }
+            assert_eq!(f.decode(f.encode(1e9)), f.max);
+            assert_eq!(f.decode(f.encode(-1e9)), -f.max);
+        }
+        let e4 = DType::F8E4M3FN.float8().unwrap();
+        assert_eq!(e4.decode(e4.encode(1.0 + 1.0 / 16.0)), 1.0, "a tie to even");
+        assert_eq!(
+            e4.decode(e4.encode(1.0 + 3.0 / 16.0)),
+            1.25,
+            "a tie to even, up"
+        );
+        assert_eq!(e4.decode(0x01), 2f64.powi(-9), "the smallest subnormal");
     }
 }

@@ -75,7 +75,10 @@ impl Tensor {
             DType::F64 => f64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
             DType::F16 => half::f16::from_bits(self.bits16(i)).to_f64(),
             DType::BF16 => half::bf16::from_bits(self.bits16(i)).to_f64(),
-            _ => self.get_int(i) as f64,
+            t => match t.float8() {
+                Some(f) => f.decode(d[i]),
+                None => self.get_int(i) as f64,
+            },
         }
     }
 
@@ -88,7 +91,7 @@ impl Tensor {
         let n = self.ty.dtype.size();
         let b = &self.data[i * n..i * n + n];
         match self.ty.dtype {
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => self.get_f64(i) as i128,
+            d if d.is_float() => self.get_f64(i) as i128,
             DType::Bool => (b[0] != 0) as i128,
             DType::I8 => b[0] as i8 as i128,
             DType::U8 => b[0] as i128,
@@ -98,6 +101,7 @@ impl Tensor {
             DType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as i128,
             DType::I64 => i64::from_le_bytes(b.try_into().unwrap()) as i128,
             DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as i128,
+            _ => unreachable!("floats handled above"),
         }
     }
 
@@ -109,7 +113,7 @@ impl Tensor {
     /// Sets element `i` of an integer or bool tensor from an i128, wrapped to the type as a C
     /// conversion would (floats: converted).
     pub fn set_int(&mut self, i: usize, x: i128) {
-        if self.ty.dtype.is_half() {
+        if self.ty.dtype.is_narrow_float() {
             return self.set_f64(i, x as f64);
         }
         let n = self.ty.dtype.size();
@@ -137,6 +141,7 @@ impl Tensor {
                 d[i * 2..i * 2 + 2].copy_from_slice(&half::bf16::from_f64(x).to_le_bytes())
             }
             DType::Bool => d[i] = (x != 0.0) as u8,
+            t if t.float8().is_some() => d[i] = t.float8().expect("checked").encode(x),
             t => {
                 let (lo, hi) = t.int_range().expect("an integer type");
                 self.set_int(i, (x as i128).clamp(lo, hi));

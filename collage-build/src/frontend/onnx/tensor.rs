@@ -91,7 +91,11 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
             | DType::I16
             | DType::U16
             | DType::F16
-            | DType::BF16 => t.int32_data.len(),
+            | DType::BF16
+            | DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ => t.int32_data.len(),
         };
         if got != n {
             return Err(format!("{} values for shape {:?}", got, ty.shape));
@@ -126,10 +130,15 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     .take(n)
                     .for_each(|(i, v)| out.set_int(i, *v as i128));
             }
-            // The 16-bit floats' int32_data hold their bits.
+            // The narrow floats' int32_data hold their bits.
             DType::F16 | DType::BF16 => {
                 for (i, v) in t.int32_data.iter().enumerate().take(n) {
                     out.data[2 * i..2 * i + 2].copy_from_slice(&(*v as u16).to_le_bytes());
+                }
+            }
+            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+                for (i, v) in t.int32_data.iter().enumerate().take(n) {
+                    out.data[i] = *v as u8;
                 }
             }
             DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
