@@ -1,6 +1,6 @@
 //! Operators of the `extra` family: `BitCast`, `CumProd`, `OneHot`, `EyeLike`, `Shrink`, the
 //! window functions (`HannWindow`, `HammingWindow`, `BlackmanWindow`), `GatherND`, `ScatterND`,
-//! `ScatterElements` (and its deprecated alias `Scatter`), `LpPool`, `ReverseSequence` and
+//! `ScatterElements` (and its deprecated alias `Scatter`), `ReverseSequence` and
 //! `CenterCropPad`.
 //!
 //! Shapes are static: the inputs that decide an output shape (`OneHot`'s depth, a window's size,
@@ -8,9 +8,10 @@
 //! run time: each output element reduces over the update positions that may land on it.
 use std::sync::Arc;
 
+use super::reduce::cumulative;
 use super::{
-    check_dtype, dim_from_f64, dim_from_i64, dim_mul, norm_axis, Constructor, InferCx, LowerCx,
-    OpCx, OpKind, OpResult, Operator, ALL, FLOATS, MAX_DIM, NUMERIC,
+    check_dtype, dim_from_f64, dim_from_i64, norm_axis, Constructor, InferCx, LowerCx, OpCx,
+    OpKind, OpResult, Operator, ALL, NUMERIC,
 };
 use crate::error::OpError;
 use crate::te::{Expr, RedOp, Src, UnOp};
@@ -20,22 +21,8 @@ use crate::tensor::{DType, TensorType};
 const INDEX: &[DType] = &[DType::I32, DType::I64];
 
 /// The types whose values [`Expr`] constants and the interpreter represent: every type but the
-/// 8-bit floats.
-const PLAIN: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::I32,
-    DType::I64,
-    DType::I8,
-    DType::U8,
-    DType::I16,
-    DType::U16,
-    DType::U32,
-    DType::U64,
-    DType::Bool,
-    DType::F16,
-    DType::BF16,
-];
+/// 8-bit floats (the last four of [`ALL`]).
+const PLAIN: &[DType] = ALL.split_at(ALL.len() - 4).0;
 
 /// The numeric types and the 16-bit floats (the window functions' output types).
 const NUMERIC_HALVES: &[DType] = &[
@@ -262,20 +249,14 @@ impl Operator for CumProd {
 
     fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
         let a = Self::axis(&icx(cx))?;
-        let xt = cx.input(0).clone();
-        let mut idx = vars(xt.rank());
-        idx[a] = Expr::rvar(0);
-        let (j, i) = (Expr::rvar(0), Expr::var(a));
-        let take = match (self.reverse, self.exclusive) {
-            (false, false) => j.le(i),
-            (false, true) => j.lt(i),
-            (true, false) => j.ge(i),
-            (true, true) => j.gt(i),
-        };
-        let one = Expr::c(xt.dtype, 1.0);
-        let body = Expr::select(take, Expr::load(Src::Arg(0), idx), one);
-        let n = xt.shape[a];
-        Ok(vec![cx.reduce(xt, RedOp::Prod, vec![n], body, None)])
+        Ok(vec![cumulative(
+            cx,
+            a,
+            self.exclusive,
+            self.reverse,
+            RedOp::Prod,
+            1.0,
+        )])
     }
 }
 
@@ -860,251 +841,6 @@ impl Operator for ScatterElements {
 }
 
 // ---------------------------------------------------------------------------------------------
-// LpPool
-// ---------------------------------------------------------------------------------------------
-
-/// The `auto_pad` attribute.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AutoPad {
-    NotSet,
-    SameUpper,
-    SameLower,
-    Valid,
-}
-
-/// `LpPool`: `(sum over the window of |x|^p)^(1/p)`, the padding contributing nothing.
-#[derive(Debug)]
-struct LpPool {
-    auto_pad: AutoPad,
-    kernel: Vec<i64>,
-    strides: Option<Vec<i64>>,
-    dilations: Option<Vec<i64>>,
-    pads: Option<Vec<i64>>,
-    ceil_mode: bool,
-    p: i64,
-}
-
-/// Resolved window geometry over the spatial dimensions.
-#[derive(Debug)]
-struct PoolGeom {
-    input: Vec<usize>,
-    kernel: Vec<usize>,
-    strides: Vec<i64>,
-    dil: Vec<i64>,
-    /// Padding at the start of each spatial dimension.
-    pb: Vec<i64>,
-    out: Vec<usize>,
-}
-
-/// A per-dimension attribute list of length `r` (default `dflt`), every value in
-/// `[min, MAX_DIM]`.
-fn dims_attr(
-    v: &Option<Vec<i64>>,
-    r: usize,
-    dflt: i64,
-    min: i64,
-    what: &str,
-) -> OpResult<Vec<i64>> {
-    match v {
-        None => Ok(vec![dflt; r]),
-        Some(v) if v.is_empty() => Ok(vec![dflt; r]),
-        Some(v) => {
-            if v.len() != r || v.iter().any(|&x| x < min || x > MAX_DIM as i64) {
-                return Err(OpError::expected(
-                    format!("{what}: {r} values in [{min}, 2^48]"),
-                    format!("{v:?}"),
-                ));
-            }
-            Ok(v.clone())
-        }
-    }
-}
-
-impl LpPool {
-    /// The window geometry over spatial sizes `input` (as `MaxPool`'s and `AveragePool`'s).
-    fn geom(&self, input: &[usize]) -> OpResult<PoolGeom> {
-        let r = input.len();
-        let kernel = dims_attr(&Some(self.kernel.clone()), r, 1, 1, "kernel_shape")?;
-        let strides = dims_attr(&self.strides, r, 1, 1, "strides")?;
-        let dil = dims_attr(&self.dilations, r, 1, 1, "dilations")?;
-        let pads = dims_attr(&self.pads, 2 * r, 0, 0, "pads")?;
-        let mut pb = vec![0i64; r];
-        let mut out = vec![0usize; r];
-        for j in 0..r {
-            if input[j] > MAX_DIM {
-                return Err(OpError::expected(
-                    "spatial input dimensions at most 2^48",
-                    format!("{input:?}"),
-                ));
-            }
-            let (i, s) = (input[j] as i64, strides[j]);
-            // Both factors are at most 2^48: the product fits i128.
-            let dk = (kernel[j] - 1) as i128 * dil[j] as i128 + 1;
-            if dk > MAX_DIM as i128 {
-                return Err(OpError::expected(
-                    "dilated kernel extents at most 2^48",
-                    format!("kernel {kernel:?}, dilations {dil:?}"),
-                ));
-            }
-            let dk = dk as i64;
-            let o = match self.auto_pad {
-                AutoPad::NotSet => {
-                    pb[j] = pads[j];
-                    let avail = i + pads[j] + pads[r + j] - dk;
-                    if avail < 0 {
-                        -1
-                    } else if self.ceil_mode {
-                        let mut o = (avail + s - 1) / s + 1;
-                        // The last window must start inside the input or its start padding.
-                        if (o - 1) * s >= i + pb[j] {
-                            o -= 1;
-                        }
-                        o
-                    } else {
-                        avail / s + 1
-                    }
-                }
-                AutoPad::Valid => {
-                    if i < dk {
-                        -1
-                    } else {
-                        (i - dk) / s + 1
-                    }
-                }
-                AutoPad::SameUpper | AutoPad::SameLower => {
-                    let o = (i + s - 1) / s;
-                    let total = ((o - 1) * s + dk - i).max(0);
-                    pb[j] = if self.auto_pad == AutoPad::SameUpper {
-                        total / 2
-                    } else {
-                        total - total / 2
-                    };
-                    o
-                }
-            };
-            if o < 1 {
-                return Err(OpError::expected(
-                    "a window that fits the (padded) input",
-                    format!(
-                        "input {input:?}, kernel {kernel:?}, strides {strides:?}, dilations {dil:?}, pads {pads:?}"
-                    ),
-                ));
-            }
-            out[j] = dim_from_i64(o, "output spatial sizes")?;
-        }
-        Ok(PoolGeom {
-            input: input.to_vec(),
-            kernel: kernel.iter().map(|&k| k as usize).collect(),
-            strides,
-            dil,
-            pb,
-            out,
-        })
-    }
-}
-
-impl Operator for LpPool {
-    fn op_type(&self) -> &'static str {
-        "LpPool"
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::OutElementwiseFusable
-    }
-
-    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
-        arity(cx, 1, 1)?;
-        let d = check_dtype(cx, 0, FLOATS)?;
-        let x = cx.input(0)?;
-        if x.rank() < 3 {
-            return Err(OpError::expected("pooling input of rank >= 3", x));
-        }
-        let geo = self.geom(&x.shape[2..])?;
-        let mut shape = x.shape[..2].to_vec();
-        shape.extend_from_slice(&geo.out);
-        // Checks the output size (the window count times the kernel stays in range too).
-        dim_mul(
-            geo.out.iter().product::<usize>().max(1),
-            geo.kernel.iter().product::<usize>().max(1),
-            "window points",
-        )?;
-        Ok(vec![TensorType::new(d, shape)])
-    }
-
-    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
-        let x = cx.input(0).clone();
-        let geo = self.geom(&x.shape[2..])?;
-        let out = cx.output(0).clone();
-        let d = out.dtype;
-        let mut xi = vec![Expr::var(0), Expr::var(1)];
-        let mut conds = Vec::new();
-        for j in 0..geo.input.len() {
-            let (s, dl, pb) = (geo.strides[j], geo.dil[j], geo.pb[j]);
-            let p = Expr::var(2 + j)
-                .mul(Expr::i(s))
-                .sub(Expr::i(pb))
-                .add(Expr::rvar(j).mul(Expr::i(dl)));
-            let max = (geo.out[j] as i64 - 1) * s - pb + (geo.kernel[j] as i64 - 1) * dl;
-            if pb > 0 {
-                conds.push(p.clone().ge(Expr::i(0)));
-            }
-            if max >= geo.input[j] as i64 {
-                conds.push(p.clone().lt(Expr::i(geo.input[j] as i64)));
-            }
-            xi.push(p);
-        }
-        let v = Expr::load(Src::Arg(0), xi);
-        let (term, fin) = match self.p {
-            1 => (v.abs(), None),
-            2 => (v.clone().mul(v), Some(Expr::Acc.sqrt())),
-            p => (
-                v.abs().pow(Expr::c(d, p as f64)),
-                Some(Expr::Acc.pow(Expr::c(d, 1.0 / p as f64))),
-            ),
-        };
-        let body = guard(all(conds), term, Expr::c(d, 0.0));
-        Ok(vec![cx.reduce(
-            out,
-            RedOp::Sum,
-            geo.kernel.clone(),
-            body,
-            fin,
-        )])
-    }
-}
-
-fn lp_pool(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
-    let auto_pad = match cx.attrs.string("auto_pad", "NOTSET")?.as_str() {
-        "NOTSET" | "" => AutoPad::NotSet,
-        "SAME_UPPER" => AutoPad::SameUpper,
-        "SAME_LOWER" => AutoPad::SameLower,
-        "VALID" => AutoPad::Valid,
-        other => {
-            return Err(OpError::expected(
-                "auto_pad NOTSET, SAME_UPPER, SAME_LOWER or VALID",
-                other,
-            ))
-        }
-    };
-    let p = cx.attrs.int("p", 2)?;
-    if !(1..=1 << 20).contains(&p) {
-        return Err(OpError::expected("p in [1, 2^20]", p));
-    }
-    Ok(Arc::new(LpPool {
-        auto_pad,
-        kernel: cx
-            .attrs
-            .ints("kernel_shape")?
-            .ok_or_else(|| OpError::expected("attribute kernel_shape", "none"))?,
-        strides: cx.attrs.ints("strides")?,
-        dilations: cx.attrs.ints("dilations")?,
-        pads: cx.attrs.ints("pads")?,
-        ceil_mode: cx.attrs.int("ceil_mode", 0)? != 0,
-        p,
-    }))
-}
-
-// ---------------------------------------------------------------------------------------------
 // ReverseSequence
 // ---------------------------------------------------------------------------------------------
 
@@ -1344,7 +1080,6 @@ pub const OPS: &[(&str, Constructor)] = &[
             red: Reduction::None,
         }))
     }),
-    ("LpPool", lp_pool),
     ("ReverseSequence", |cx| {
         Ok(Arc::new(ReverseSequence {
             batch_axis: cx.attrs.int("batch_axis", 1)?,

@@ -996,6 +996,73 @@ impl Operator for AveragePool {
     }
 }
 
+/// `LpPool`: `(sum over the window of |x|^p)^(1/p)`, the padding contributing nothing.
+#[derive(Debug)]
+struct LpPool {
+    win: Window,
+    p: i64,
+}
+
+impl Operator for LpPool {
+    fn op_type(&self) -> &'static str {
+        "LpPool"
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::OutElementwiseFusable
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        if cx.inputs.len() > 1 {
+            return Err(OpError::expected("at most 1 input", cx.inputs.len()));
+        }
+        let (ty, geo) = pool_infer(cx, &self.win, FLOATS)?;
+        // Checks the output size (the window count times the kernel stays in range too).
+        dim_mul(
+            geo.out.iter().product::<usize>().max(1),
+            geo.kernel.iter().product::<usize>().max(1),
+            "window points",
+        )?;
+        Ok(vec![ty])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let geo = pool_geom(cx, &self.win)?;
+        let out = cx.output(0).clone();
+        let d = out.dtype;
+        let (pos, cond) = geo.positions(0);
+        let v = Expr::load(Src::Arg(0), x_index(pos));
+        let (term, fin) = match self.p {
+            1 => (v.abs(), None),
+            2 => (v.clone().mul(v), Some(Expr::Acc.sqrt())),
+            p => (
+                v.abs().pow(Expr::c(d, p as f64)),
+                Some(Expr::Acc.pow(Expr::c(d, 1.0 / p as f64))),
+            ),
+        };
+        let body = guard(cond, term, Expr::c(d, 0.0));
+        Ok(vec![cx.reduce(
+            out,
+            RedOp::Sum,
+            geo.kernel.clone(),
+            body,
+            fin,
+        )])
+    }
+}
+
+fn lp_pool(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
+    let win = Window::parse(cx)?;
+    let p = cx.attrs.int("p", 2)?;
+    if !(1..=1 << 20).contains(&p) {
+        return Err(OpError::expected("p in [1, 2^20]", p));
+    }
+    if win.kernel.is_none() {
+        return Err(OpError::expected("attribute kernel_shape", "none"));
+    }
+    Ok(Arc::new(LpPool { win, p }))
+}
+
 /// `GlobalAveragePool` / `GlobalMaxPool`.
 #[derive(Debug)]
 struct GlobalPool {
@@ -1741,6 +1808,7 @@ pub const OPS: &[(&str, Constructor)] = &[
             count_include_pad: cx.attrs.int("count_include_pad", 0)? != 0,
         }))
     }),
+    ("LpPool", lp_pool),
     ("GlobalAveragePool", |_: &OpCx| {
         Ok(Arc::new(GlobalPool { max: false }))
     }),

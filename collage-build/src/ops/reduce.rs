@@ -623,21 +623,42 @@ impl Operator for CumSum {
             consts: cx.consts,
         };
         let a = cumsum_axis(&icx)?;
-        let xt = cx.input(0).clone();
-        let d = xt.dtype;
-        let mut idx = vars(xt.rank());
-        idx[a] = Expr::rvar(0);
-        let (j, i) = (Expr::rvar(0), Expr::var(a));
-        let take = match (self.reverse, self.exclusive) {
-            (false, false) => j.le(i),
-            (false, true) => j.lt(i),
-            (true, false) => j.ge(i),
-            (true, true) => j.gt(i),
-        };
-        let body = Expr::select(take, Expr::load(Src::Arg(0), idx), Expr::c(d, 0.0));
-        let n = xt.shape[a];
-        Ok(vec![cx.reduce(xt, RedOp::Sum, vec![n], body, None)])
+        Ok(vec![cumulative(
+            cx,
+            a,
+            self.exclusive,
+            self.reverse,
+            RedOp::Sum,
+            0.0,
+        )])
     }
+}
+
+/// The cumulative `op` of input 0 along axis `a` (`CumSum`, `CumProd`): each output element
+/// reduces the input elements before it (after it when `reverse`; itself excluded when
+/// `exclusive`), the others counting as `identity`.
+pub(super) fn cumulative(
+    cx: &mut LowerCx,
+    a: usize,
+    exclusive: bool,
+    reverse: bool,
+    op: RedOp,
+    identity: f64,
+) -> Src {
+    let xt = cx.input(0).clone();
+    let mut idx = vars(xt.rank());
+    idx[a] = Expr::rvar(0);
+    let (j, i) = (Expr::rvar(0), Expr::var(a));
+    let take = match (reverse, exclusive) {
+        (false, false) => j.le(i),
+        (false, true) => j.lt(i),
+        (true, false) => j.ge(i),
+        (true, true) => j.gt(i),
+    };
+    let other = Expr::c(xt.dtype, identity);
+    let body = Expr::select(take, Expr::load(Src::Arg(0), idx), other);
+    let n = xt.shape[a];
+    cx.reduce(xt, op, vec![n], body, None)
 }
 
 // ---------------------------------------------------------------------------------------------
