@@ -104,15 +104,7 @@ impl Operator for Ew {
 
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
         let (min, max) = self.arity;
-        if cx.inputs.len() > max {
-            return Err(OpError::expected(
-                format!("at most {max} input{}", if max == 1 { "" } else { "s" }),
-                cx.inputs.len(),
-            ));
-        }
-        for i in 0..min {
-            cx.input(i)?;
-        }
+        super::check_arity(cx, min, max)?;
         let first = if self.op_type == "Where" { 1 } else { 0 };
         let d0 = super::check_dtype(cx, first, self.types)?;
         if self.op_type == "Where" {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use super::reduce::cumulative;
 use super::{
-    check_dtype, dim_from_f64, dim_from_i64, norm_axis, Constructor, InferCx, LowerCx, OpCx,
-    OpKind, OpResult, Operator, ALL, NUMERIC,
+    check_arity as arity, check_dtype, dim_from_f64, dim_from_i64, norm_axis, Constructor, InferCx,
+    LowerCx, OpCx, OpKind, OpResult, Operator, ALL, NUMERIC,
 };
 use crate::error::OpError;
 use crate::te::{Expr, RedOp, Src, UnOp};
@@ -51,20 +51,6 @@ fn icx<'a>(cx: &'a LowerCx) -> InferCx<'a> {
         inputs: cx.inputs,
         consts: cx.consts,
     }
-}
-
-/// Checks that the node has between `min` and `max` inputs and that the first `min` are present.
-fn arity(cx: &InferCx, min: usize, max: usize) -> OpResult<()> {
-    if cx.inputs.len() > max {
-        return Err(OpError::expected(
-            format!("at most {max} input{}", if max == 1 { "" } else { "s" }),
-            cx.inputs.len(),
-        ));
-    }
-    for i in 0..min {
-        cx.input(i)?;
-    }
-    Ok(())
 }
 
 /// A type given by an attribute's ONNX code, one of `allowed`.

@@ -345,6 +345,20 @@ pub fn check_dtype(cx: &InferCx, i: usize, allowed: &[DType]) -> OpResult<DType>
     }
 }
 
+/// Checks that the node has between `min` and `max` inputs and that the first `min` are present.
+pub(crate) fn check_arity(cx: &InferCx, min: usize, max: usize) -> OpResult<()> {
+    if cx.inputs.len() > max {
+        return Err(OpError::expected(
+            format!("at most {max} input{}", if max == 1 { "" } else { "s" }),
+            cx.inputs.len(),
+        ));
+    }
+    for i in 0..min {
+        cx.input(i)?;
+    }
+    Ok(())
+}
+
 /// Float types.
 pub const FLOATS: &[DType] = &[DType::F32, DType::F64];
 /// Numeric types: floats and integers.
