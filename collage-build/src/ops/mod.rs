@@ -244,7 +244,8 @@ pub trait Operator: AsAny + fmt::Debug + Send + Sync + 'static {
 pub struct OpCx<'a> {
     /// Attributes.
     pub attrs: &'a Attrs,
-    /// The opset version of the operator's domain.
+    /// The opset version of the default domain (`ai.onnx`); an operator of another domain
+    /// implements the one version of it that its registry entry names.
     pub opset: i64,
     /// Number of inputs (including omitted optional ones).
     pub n_inputs: usize,
@@ -268,7 +269,8 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     extra::OPS,
 ];
 
-/// The constructor for an ONNX op type of the default domain.
+/// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
+/// for the others (`ai.onnx.ml:Binarizer`).
 pub fn lookup(op_type: &str) -> Option<Constructor> {
     FAMILIES
         .iter()

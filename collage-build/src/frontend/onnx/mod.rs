@@ -129,10 +129,12 @@ fn import_nodes(
         }
         let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
         let control = default_domain && CONTROL_FLOW.contains(&node.op_type.as_str());
+        // Operators of other domains are registered as `domain:op_type`
+        // (`ai.onnx.preview.training:Adam`).
         let ctor = if default_domain {
             ops::lookup(&node.op_type)
         } else {
-            None
+            ops::lookup(&format!("{}:{}", node.domain, node.op_type))
         };
         if ctor.is_none() && !control {
             let op = if node.domain.is_empty() {
