@@ -18,7 +18,7 @@ use crate::te::{Expr, RedOp, Src, UnOp};
 use crate::tensor::{DType, TensorType};
 
 /// Integer index types.
-const INDEX: &[DType] = &[DType::I32, DType::I64];
+pub(super) const INDEX: &[DType] = &[DType::I32, DType::I64];
 
 /// The types whose values [`Expr`] constants and the interpreter represent: every type but the
 /// 8-bit floats (the last four of [`ALL`]).
@@ -41,12 +41,12 @@ const NUMERIC_HALVES: &[DType] = &[
 ];
 
 /// The output index variables `Var(0..n)`.
-fn vars(n: usize) -> Vec<Expr> {
+pub(super) fn vars(n: usize) -> Vec<Expr> {
     (0..n).map(Expr::var).collect()
 }
 
 /// An [`InferCx`] over a lowering context's inputs, to recompute what constant inputs decide.
-fn icx<'a>(cx: &'a LowerCx) -> InferCx<'a> {
+pub(super) fn icx<'a>(cx: &'a LowerCx) -> InferCx<'a> {
     InferCx {
         inputs: cx.inputs,
         consts: cx.consts,
@@ -80,7 +80,7 @@ fn guard(cond: Option<Expr>, value: Expr, other: Expr) -> Expr {
 
 /// A run-time index read as i64, wrapped if negative and clamped into `[0, dim)` so that
 /// invalid data never reads out of bounds.
-fn wrap_index(i: Expr, dim: usize) -> Expr {
+pub(super) fn wrap_index(i: Expr, dim: usize) -> Expr {
     let d = dim as i64;
     let w = Expr::select(i.clone().lt(Expr::i(0)), i.clone().add(Expr::i(d)), i);
     w.max(Expr::i(0)).min(Expr::i((d - 1).max(0)))
@@ -121,7 +121,7 @@ fn check_const_indices(cx: &InferCx, i: usize, dims: &[usize]) -> OpResult<()> {
 
 /// A scalar axis from constant input `i` (rank 0, or rank 1 with one element) for a tensor of
 /// rank `rank`.
-fn scalar_axis(cx: &InferCx, i: usize, rank: usize) -> OpResult<usize> {
+pub(super) fn scalar_axis(cx: &InferCx, i: usize, rank: usize) -> OpResult<usize> {
     check_dtype(cx, i, INDEX)?;
     let t = cx.input(i)?;
     if t.rank() > 1 {
@@ -136,7 +136,7 @@ fn scalar_axis(cx: &InferCx, i: usize, rank: usize) -> OpResult<usize> {
 
 /// A non-negative integer from constant scalar input `i` (of any numeric type; floats are
 /// truncated).
-fn scalar_dim(cx: &InferCx, i: usize, what: &'static str) -> OpResult<usize> {
+pub(super) fn scalar_dim(cx: &InferCx, i: usize, what: &'static str) -> OpResult<usize> {
     let t = cx.konst(i, what)?;
     if t.numel() != 1 {
         return Err(OpError::expected(

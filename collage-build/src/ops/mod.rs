@@ -20,6 +20,7 @@ pub mod nn;
 pub mod quant;
 pub mod reduce;
 pub mod shape;
+pub mod signal;
 
 pub use attrs::{Attr, Attrs};
 
@@ -267,6 +268,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     shape::OPS,
     misc::OPS,
     extra::OPS,
+    signal::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`

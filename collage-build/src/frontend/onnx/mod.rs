@@ -132,7 +132,10 @@ fn import_nodes(
         // Operators of other domains are registered as `domain:op_type`
         // (`ai.onnx.preview.training:Adam`).
         let ctor = if default_domain {
-            ops::lookup(&node.op_type)
+            // (a `:` in a default-domain op type names no operator)
+            (!node.op_type.contains(':'))
+                .then(|| ops::lookup(&node.op_type))
+                .flatten()
         } else {
             ops::lookup(&format!("{}:{}", node.domain, node.op_type))
         };
