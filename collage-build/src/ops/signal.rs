@@ -67,7 +67,7 @@ impl Transform {
         if self.to_real {
             let j = Expr::var(1);
             let mut own = j.clone().eq(Expr::i(0));
-            if self.n % 2 == 0 {
+            if self.n.is_multiple_of(2) {
                 own = own.or(j.eq(Expr::i(n / 2)));
             }
             let w = Expr::select(own, Expr::c(DType::F64, 1.0), Expr::c(DType::F64, 2.0));
