@@ -1,7 +1,8 @@
-//! Control flow (`If`, `Scan`): operators whose bodies are graphs. They never reach lowering:
-//! shape inference (`passes/infer.rs`) expands them in place — an `If` whose condition is known at
-//! build time becomes its branch, one known only at run time both branches and a `Where`; a
-//! `Scan` is unrolled over its (static) sequence length.
+//! Control flow (`If`, `Loop`, `Scan`): operators whose bodies are graphs. They never reach
+//! lowering: shape inference (`passes/infer.rs`) expands them in place — an `If` whose condition
+//! is known at build time becomes its branch, one known only at run time both branches and a
+//! `Where`; a `Scan` is unrolled over its (static) sequence length, a `Loop` over its build-time
+//! trip count and conditions.
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -11,10 +12,10 @@ use crate::ops::{Attrs, InferCx, LowerCx, OpResult, Operator};
 use crate::te::Src;
 use crate::tensor::TensorType;
 
-/// An `If` or `Scan` node's operator: its attributes and its bodies, each an encoded ONNX
+/// An `If`, `Loop` or `Scan` node's operator: its attributes and its bodies, each an encoded ONNX
 /// `GraphProto` (the frontend imports a body when inference expands the node).
 pub struct ControlFlow {
-    /// `"If"` or `"Scan"`.
+    /// `"If"`, `"Loop"` or `"Scan"`.
     pub op_type: &'static str,
     /// The non-graph attributes.
     pub attrs: Attrs,

@@ -4,7 +4,11 @@
 //! expanded functions that branch on a rank); an `If` with a run-time condition computes both
 //! branches and selects with `Where` (their outputs must have one type). A `Scan` is unrolled
 //! over its sequence length: per step a `Gather` of each scan input, a copy of the body, and at
-//! the end `Unsqueeze` + `Concat` of each scan output.
+//! the end `Unsqueeze` + `Concat` of each scan output. A `Loop` is unrolled one iteration at a
+//! time: each step imports a copy of the body and leaves a continuation (the same `Loop`, one
+//! iteration on) to be expanded after the step's nodes are inferred, so that the condition the
+//! body computes is known (folded) before the next step is taken; its trip count and condition
+//! must be build-time constants.
 use crate::error::{OpError, Result};
 use crate::frontend::onnx::import_body;
 use crate::ir::control::ControlFlow;
@@ -14,11 +18,20 @@ use crate::ops::{self, Attr, Attrs, OpCx};
 /// Most nodes one `Scan` may unroll to (steps times body nodes).
 const MAX_UNROLLED_NODES: usize = 100_000;
 
+/// Most iterations a `Loop` is unrolled for.
+const MAX_LOOP_ITERATIONS: i64 = 10_000;
+
+/// The internal attributes of a `Loop` continuation: the iterations done so far, and how many
+/// of its inputs (after the carried values) are the scan outputs of those iterations.
+const LOOP_DONE: &str = "__collage_iterations_done";
+const LOOP_PARTS: &str = "__collage_scan_parts";
+
 /// The nodes that replace `node` (to be inferred in order, before the nodes after it).
 pub fn expand(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> {
     match cf.op_type {
         "If" => expand_if(g, node, cf),
         "Scan" => expand_scan(g, node, cf),
+        "Loop" => expand_loop(g, node, cf),
         other => Err(node.error(OpError::Unsupported(other.to_string()))),
     }
 }
@@ -257,5 +270,173 @@ fn expand_scan(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
             vec![node.outputs[n_state + k]],
         ));
     }
+    Ok(out)
+}
+
+/// A boolean or integer scalar known at build time (`None` when it is a run-time value).
+fn const_scalar(
+    g: &Graph,
+    v: ValueId,
+    what: &'static str,
+    index: usize,
+) -> std::result::Result<i64, OpError> {
+    match g.konst(v) {
+        Some(t) if t.numel() == 1 => Ok(t.get_i64(0)),
+        Some(t) => Err(OpError::expected(
+            format!("a {what} of one element"),
+            t.ty.clone(),
+        )),
+        None => Err(OpError::NeedsConstant {
+            index,
+            what,
+            graph_inputs: vec![],
+        }),
+    }
+}
+
+fn expand_loop(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> {
+    let err = |e: OpError| node.error(e);
+    let done = cf.attrs.int(LOOP_DONE, 0).map_err(err)?;
+    let n_in = node.inputs.len();
+    if n_in < 2 {
+        return Err(err(OpError::expected(
+            "inputs M and cond (either may be empty)",
+            n_in,
+        )));
+    }
+    // Inputs: M, cond, the loop-carried values, then (in a continuation) the scan outputs of
+    // the iterations done, iteration by iteration.
+    let body = cf.body("body").map_err(err)?;
+    let parts_len = usize::try_from(cf.attrs.int(LOOP_PARTS, 0).map_err(err)?).unwrap_or(0);
+    let n_carried = n_in.saturating_sub(2 + parts_len);
+    if node.outputs.len() < n_carried {
+        return Err(err(OpError::expected(
+            format!("at least {n_carried} outputs (the loop-carried values)"),
+            node.outputs.len(),
+        )));
+    }
+    let k_scan = node.outputs.len() - n_carried;
+    let carried: Vec<ValueId> = node.inputs[2..2 + n_carried]
+        .iter()
+        .map(|v| v.ok_or_else(|| err(OpError::expected("loop-carried inputs", "an empty one"))))
+        .collect::<Result<_>>()?;
+    let parts: Vec<ValueId> = node.inputs[2 + n_carried..]
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    let trip = match node.inputs[0] {
+        Some(m) => Some(const_scalar(g, m, "Loop trip count M", 0).map_err(err)?),
+        None => None,
+    };
+    let go = match node.inputs[1] {
+        Some(c) => const_scalar(g, c, "Loop condition", 1).map_err(err)? != 0,
+        None => true,
+    };
+    if trip.is_none() && node.inputs[1].is_none() {
+        return Err(err(OpError::expected(
+            "a trip count M or a condition (a loop without either never ends)",
+            "neither",
+        )));
+    }
+    let mut out = Vec::new();
+    if !go || trip.is_some_and(|m| done >= m) {
+        // The loop ends: its carried values and the scan outputs stacked along a new axis 0.
+        for (i, (&from, &to)) in carried.iter().zip(&node.outputs).enumerate() {
+            out.push(identity(format!("{}/final{i}", node.name), from, to));
+        }
+        if k_scan > 0 {
+            let iterations = parts.len() / k_scan;
+            if iterations == 0 {
+                return Err(err(OpError::Unsupported(
+                    "a Loop with scan outputs that runs no iteration (their shape is unknown)"
+                        .into(),
+                )));
+            }
+            let axes = g.add_const(
+                format!("{}/scan_axes", node.name),
+                Tensor::from_i64(&[1], &[0]),
+            );
+            for k in 0..k_scan {
+                let mut stacked = Vec::with_capacity(iterations);
+                for t in 0..iterations {
+                    let u = g.add_value(format!("{}/scan{k}/t{t}", node.name), None);
+                    out.push(make(
+                        format!("{}/scan{k}/unsqueeze{t}", node.name),
+                        "Unsqueeze",
+                        vec![],
+                        vec![parts[t * k_scan + k], axes],
+                        vec![u],
+                    ));
+                    stacked.push(u);
+                }
+                out.push(make(
+                    format!("{}/scan{k}/concat", node.name),
+                    "Concat",
+                    vec![("axis", Attr::Int(0))],
+                    stacked,
+                    vec![node.outputs[n_carried + k]],
+                ));
+            }
+        }
+        return Ok(out);
+    }
+    if done >= MAX_LOOP_ITERATIONS
+        || (done as usize).saturating_mul(body.len() / 16 + 1) > MAX_UNROLLED_NODES
+    {
+        return Err(err(OpError::Unsupported(format!(
+            "a Loop of more than {done} iterations over a body of {} bytes: it is unrolled at \
+             build time (at most {MAX_LOOP_ITERATIONS} iterations, {MAX_UNROLLED_NODES} nodes)",
+            body.len()
+        ))));
+    }
+    // One iteration: the body on (iteration number, condition, carried values).
+    let prefix = format!("{}/i{done}/", node.name);
+    let iter = g.add_const(format!("{prefix}iteration"), Tensor::from_i64(&[], &[done]));
+    let cond = g.add_const(
+        format!("{prefix}cond"),
+        Tensor::from_bytes(
+            crate::ir::TensorType::new(crate::ir::DType::Bool, vec![]),
+            vec![1],
+        )
+        .expect("one byte is a bool scalar"),
+    );
+    let mut args = vec![iter, cond];
+    args.extend(&carried);
+    let (nodes, outs) = import_body(body, g, &args, cf, &prefix)?;
+    if outs.len() != 1 + n_carried + k_scan {
+        return Err(err(OpError::expected(
+            format!(
+                "a body with {} outputs (the condition, {n_carried} carried, {k_scan} scanned)",
+                1 + n_carried + k_scan
+            ),
+            outs.len(),
+        )));
+    }
+    out.extend(nodes);
+    // The continuation: the same loop, one iteration on.
+    let mut attrs = cf.attrs.clone();
+    attrs.0.insert(LOOP_DONE.into(), Attr::Int(done + 1));
+    attrs
+        .0
+        .insert(LOOP_PARTS.into(), Attr::Int((parts.len() + k_scan) as i64));
+    let next = ControlFlow {
+        op_type: cf.op_type,
+        attrs,
+        bodies: cf.bodies.clone(),
+        opset: cf.opset,
+        base: cf.base.clone(),
+        scope: cf.scope.clone(),
+    };
+    let mut inputs = vec![node.inputs[0], Some(outs[0])];
+    inputs.extend(outs[1..1 + n_carried].iter().map(|&v| Some(v)));
+    inputs.extend(parts.iter().map(|&v| Some(v)));
+    inputs.extend(outs[1 + n_carried..].iter().map(|&v| Some(v)));
+    out.push(Node {
+        name: node.name.clone(),
+        op: std::sync::Arc::new(next),
+        inputs,
+        outputs: node.outputs.clone(),
+    });
     Ok(out)
 }

@@ -39,7 +39,30 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
     while let Some((mut node, low)) = queue.pop_front() {
         // Control flow becomes the nodes it runs (its inputs are inferred by now).
         if let Some(cf) = node.op.as_any().downcast_ref::<ControlFlow>() {
-            let nodes = super::control::expand(g, &node, cf)?;
+            let nodes = super::control::expand(g, &node, cf).map_err(|e| match e {
+                // A trip count or condition that must be known at build time: name the graph
+                // inputs it depends on (as for an operator's constant inputs below).
+                Error::Node {
+                    node: name,
+                    op,
+                    error: OpError::NeedsConstant { index, what, .. },
+                } => Error::Node {
+                    node: name,
+                    op,
+                    error: OpError::NeedsConstant {
+                        index,
+                        what,
+                        graph_inputs: node
+                            .inputs
+                            .get(index)
+                            .copied()
+                            .flatten()
+                            .map(|v| depends_on(g, &kept, &produced_by, v))
+                            .unwrap_or_default(),
+                    },
+                },
+                e => e,
+            })?;
             for n in nodes.into_iter().rev() {
                 queue.push_front((n, None));
             }

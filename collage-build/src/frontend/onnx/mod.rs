@@ -94,7 +94,7 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
 }
 
 /// Operators with graph attributes that inference expands ([`crate::ir::control`]).
-const CONTROL_FLOW: &[&str] = &["If", "Scan"];
+const CONTROL_FLOW: &[&str] = &["If", "Loop", "Scan"];
 
 /// Where nodes are imported: the opset, the folder of external data, and the prefix of the names
 /// of nodes and values (a body's, so that its copies stay apart).
