@@ -345,8 +345,7 @@ fn expand_loop(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
         for (i, (&from, &to)) in carried.iter().zip(&node.outputs).enumerate() {
             out.push(identity(format!("{}/final{i}", node.name), from, to));
         }
-        if k_scan > 0 {
-            let iterations = parts.len() / k_scan;
+        if let Some(iterations) = parts.len().checked_div(k_scan) {
             if iterations == 0 {
                 return Err(err(OpError::Unsupported(
                     "a Loop with scan outputs that runs no iteration (their shape is unknown)"
