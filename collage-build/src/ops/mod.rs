@@ -13,6 +13,7 @@ use crate::tensor::{DType, Tensor, TensorType};
 mod attrs;
 pub mod elementwise;
 pub mod extra;
+pub mod folded;
 pub mod index;
 pub mod matmul;
 pub mod misc;
@@ -226,7 +227,9 @@ pub trait Operator: AsAny + fmt::Debug + Send + Sync + 'static {
     /// Output types from input types (and constant inputs where shapes depend on values).
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>>;
 
-    /// The outputs' values when they follow from the input *types* alone (`Shape`, `Size`).
+    /// The outputs' values when they follow from the input *types* alone (`Shape`, `Size`), or
+    /// from constant inputs whose values decide the output shape (`NonZero`, `Unique`: see
+    /// [`folded`]).
     fn fold_from_types(&self, _cx: &InferCx) -> Option<Vec<Tensor>> {
         None
     }
@@ -269,6 +272,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     misc::OPS,
     extra::OPS,
     signal::OPS,
+    folded::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
