@@ -1,5 +1,6 @@
 //! Operators whose output *shape* depends on input *values*: `NonZero`, `Unique`,
-//! `NonMaxSuppression`, `MelWeightMatrix` and `Compress`.
+//! `NonMaxSuppression`, `MelWeightMatrix` and `Compress`; and the optional-value operators on
+//! tensors (`OptionalHasElement` is known at build time: a tensor input is always present).
 //!
 //! Shapes are static in generated code, so the inputs that decide the shape must be build-time
 //! constants (an error names the graph inputs they depend on otherwise; `collage conformance`
@@ -600,6 +601,60 @@ fn compress(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
     }))
 }
 
+// ---------------------------------------------------------------------------------------------
+// OptionalHasElement, OptionalGetElement
+// ---------------------------------------------------------------------------------------------
+
+/// `OptionalHasElement`: whether its input is present — a build-time fact here, since every
+/// value is a tensor (an omitted input is an empty optional).
+#[derive(Debug)]
+struct OptionalHasElement;
+
+impl Operator for OptionalHasElement {
+    fn op_type(&self) -> &'static str {
+        "OptionalHasElement"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 0, 1)?;
+        Ok(vec![TensorType::new(DType::Bool, vec![])])
+    }
+
+    fn fold_from_types(&self, cx: &InferCx) -> Option<Vec<Tensor>> {
+        let ty = TensorType::new(DType::Bool, vec![]);
+        Tensor::from_bytes(ty, vec![cx.has(0) as u8]).map(|t| vec![t])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let present = cx.has(0);
+        let out = cx.output(0).clone();
+        Ok(vec![cx.stage(out, Expr::bool(present))])
+    }
+}
+
+/// `OptionalGetElement` of a tensor: the tensor itself.
+#[derive(Debug)]
+struct OptionalGetElement;
+
+impl Operator for OptionalGetElement {
+    fn op_type(&self) -> &'static str {
+        "OptionalGetElement"
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Elementwise
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 1, 1)?;
+        Ok(vec![cx.input(0)?.clone()])
+    }
+
+    fn lower(&self, _cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        Ok(vec![Src::Arg(0)])
+    }
+}
+
 /// The `folded` family's registry.
 pub const OPS: &[(&str, Constructor)] = &[
     ("NonZero", |_| Ok(Arc::new(NonZero))),
@@ -611,4 +666,6 @@ pub const OPS: &[(&str, Constructor)] = &[
     }),
     ("MelWeightMatrix", mel_weight_matrix),
     ("Compress", compress),
+    ("OptionalHasElement", |_| Ok(Arc::new(OptionalHasElement))),
+    ("OptionalGetElement", |_| Ok(Arc::new(OptionalGetElement))),
 ];
