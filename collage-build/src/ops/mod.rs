@@ -22,6 +22,7 @@ pub mod quant;
 pub mod reduce;
 pub mod shape;
 pub mod signal;
+pub mod text;
 
 pub use attrs::{Attr, Attrs};
 
@@ -273,6 +274,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     extra::OPS,
     signal::OPS,
     folded::OPS,
+    text::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
