@@ -14,12 +14,14 @@ mod attrs;
 pub mod elementwise;
 pub mod extra;
 pub mod index;
+pub mod loss;
 pub mod matmul;
 pub mod misc;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
 pub mod shape;
+pub mod training;
 
 pub use attrs::{Attr, Attrs};
 
@@ -267,6 +269,8 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     shape::OPS,
     misc::OPS,
     extra::OPS,
+    loss::OPS,
+    training::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
