@@ -299,3 +299,152 @@ pub const OPS: &[(&str, Constructor)] = &[
         }))
     }),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{lookup, Attr, Attrs};
+    use crate::te::eval_stages;
+    use crate::tensor::Tensor;
+
+    fn op(op_type: &str, attrs: &[(&str, Attr)], n_outputs: usize) -> OpResult<Arc<dyn Operator>> {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        lookup(op_type).expect("registered")(&OpCx {
+            attrs: &attrs,
+            opset: 22,
+            n_inputs: 3,
+            n_outputs,
+        })
+    }
+
+    fn infer(
+        op: &dyn Operator,
+        args: &[Option<Tensor>],
+        consts: &[Option<Arc<Tensor>>],
+    ) -> OpResult<Vec<TensorType>> {
+        let inputs: Vec<Option<TensorType>> = args
+            .iter()
+            .map(|a| a.as_ref().map(|t| t.ty.clone()))
+            .collect();
+        op.infer(&InferCx {
+            inputs: &inputs,
+            consts,
+        })
+    }
+
+    /// Infers, lowers and interprets `op` on run-time `args`: each output's values.
+    fn run(op: &dyn Operator, args: &[Option<Tensor>]) -> Vec<Vec<f64>> {
+        let inputs: Vec<Option<TensorType>> = args
+            .iter()
+            .map(|a| a.as_ref().map(|t| t.ty.clone()))
+            .collect();
+        let consts = vec![None; inputs.len()];
+        let outs = infer(op, args, &consts).expect("infers");
+        let mut cx = LowerCx {
+            inputs: &inputs,
+            consts: &consts,
+            outputs: &outs,
+            stages: vec![],
+            name: "n".into(),
+            direct: false,
+        };
+        let srcs = op.lower(&mut cx).expect("lowers");
+        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
+        eval_stages(&cx.stages, &refs, &srcs)
+            .into_iter()
+            .zip(&outs)
+            .map(|(v, o)| {
+                assert_eq!(&v.ty, o);
+                v.to_f64()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn run_time_targets_out_of_range_are_clamped() {
+        let nll = op(
+            "NegativeLogLikelihoodLoss",
+            &[("reduction", Attr::Str("none".into()))],
+            1,
+        )
+        .unwrap();
+        let x = Tensor::from_f64_as(DType::F32, &[3, 3], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
+        let t = Tensor::from_i64(&[3], &[5, -2, 1]);
+        let got = run(&*nll, &[Some(x), Some(t), None]);
+        assert_eq!(got, [vec![-3., -4., -8.]]);
+    }
+
+    #[test]
+    fn mean_divides_by_the_weights_of_targets_not_ignored() {
+        let nll = op(
+            "NegativeLogLikelihoodLoss",
+            &[("ignore_index", Attr::Int(1))],
+            1,
+        )
+        .unwrap();
+        let x = Tensor::from_f64_as(DType::F64, &[3, 2], &[1., 2., 3., 4., 5., 6.]);
+        let t = Tensor::from_i64(&[3], &[0, 1, 1]);
+        let w = Tensor::from_f64_as(DType::F64, &[2], &[0.5, 2.0]);
+        let got = run(&*nll, &[Some(x.clone()), Some(t.clone()), Some(w)]);
+        assert_eq!(got, [vec![-1.0]]);
+        // Without weights: the count of the targets not ignored.
+        let t = Tensor::from_i64(&[3], &[0, 0, 1]);
+        let got = run(&*nll, &[Some(x), Some(t), None]);
+        assert_eq!(got, [vec![-2.0]]);
+    }
+
+    #[test]
+    fn softmax_cross_entropy_gives_log_prob() {
+        let sce = op(
+            "SoftmaxCrossEntropyLoss",
+            &[("reduction", Attr::Str("sum".into()))],
+            2,
+        )
+        .unwrap();
+        let x = Tensor::from_f64_as(DType::F64, &[2, 2], &[0., 0., 1000., 0.]);
+        let t = Tensor::from_i64(&[2], &[1, 0]);
+        let got = run(&*sce, &[Some(x), Some(t), None]);
+        let l2 = std::f64::consts::LN_2;
+        assert!((got[0][0] - l2).abs() < 1e-12, "{got:?}");
+        assert_eq!(got[1].len(), 4);
+        assert!((got[1][0] + l2).abs() < 1e-12 && got[1][2] == 0.0 && got[1][3] == -1000.0);
+    }
+
+    #[test]
+    fn bad_inputs_are_rejected() {
+        assert!(op(
+            "NegativeLogLikelihoodLoss",
+            &[("reduction", Attr::Str("max".into()))],
+            1
+        )
+        .is_err());
+        assert!(op("NegativeLogLikelihoodLoss", &[], 2).is_err());
+        let nll = op(
+            "NegativeLogLikelihoodLoss",
+            &[("ignore_index", Attr::Int(-1))],
+            1,
+        )
+        .unwrap();
+        let x = Tensor::from_f64_as(DType::F32, &[2, 3, 4], &[0.0; 24]);
+        let bad_shape = Tensor::from_i64(&[2, 3], &[0; 6]);
+        let none = vec![None; 3];
+        assert!(infer(&*nll, &[Some(x.clone()), Some(bad_shape), None], &none).is_err());
+        let w = Tensor::from_f64_as(DType::F32, &[4], &[1.0; 4]);
+        let t = Tensor::from_i64(&[2, 4], &[0; 8]);
+        assert!(infer(&*nll, &[Some(x.clone()), Some(t.clone()), Some(w)], &none).is_err());
+        // A constant target out of range (ignore_index allowed).
+        let args = [Some(x), Some(t), None];
+        let mut v = [0i64; 8];
+        v[3] = -1;
+        let ok = [None, Some(Arc::new(Tensor::from_i64(&[2, 4], &v))), None];
+        assert!(infer(&*nll, &args, &ok).is_ok());
+        v[5] = 3;
+        let bad = [None, Some(Arc::new(Tensor::from_i64(&[2, 4], &v))), None];
+        assert!(infer(&*nll, &args, &bad).is_err());
+    }
+}

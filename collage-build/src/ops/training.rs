@@ -71,11 +71,11 @@ struct Optimizer {
 
 impl Optimizer {
     /// Checks the node's input and output counts; `n` from them.
-    fn new(cx: &OpCx, optim: Optim) -> OpResult<Arc<dyn Operator>> {
+    fn build(cx: &OpCx, optim: Optim) -> OpResult<Arc<dyn Operator>> {
         let k = optim.per_var();
         let rest = cx.n_inputs.saturating_sub(2);
         let n = rest / k;
-        if cx.n_inputs < 2 + k || rest % k != 0 {
+        if cx.n_inputs < 2 + k || !rest.is_multiple_of(k) {
             return Err(OpError::expected(
                 format!("R, T and {k} inputs per optimized tensor"),
                 format!("{} inputs", cx.n_inputs),
@@ -360,7 +360,7 @@ impl Operator for ArrayFeatureExtractor {
 /// The registry of this family.
 pub const OPS: &[(&str, Constructor)] = &[
     ("ai.onnx.preview.training:Adagrad", |cx| {
-        Optimizer::new(
+        Optimizer::build(
             cx,
             Optim::Adagrad {
                 decay_factor: cx.attrs.float("decay_factor", 0.0)?,
@@ -370,7 +370,7 @@ pub const OPS: &[(&str, Constructor)] = &[
         )
     }),
     ("ai.onnx.preview.training:Adam", |cx| {
-        Optimizer::new(
+        Optimizer::build(
             cx,
             Optim::Adam {
                 alpha: cx.attrs.float("alpha", 0.9)?,
@@ -392,7 +392,7 @@ pub const OPS: &[(&str, Constructor)] = &[
                 ))
             }
         };
-        Optimizer::new(
+        Optimizer::build(
             cx,
             Optim::Momentum {
                 alpha: required_float(cx, "alpha")?,
