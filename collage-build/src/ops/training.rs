@@ -411,3 +411,140 @@ pub const OPS: &[(&str, Constructor)] = &[
         Ok(Arc::new(ArrayFeatureExtractor))
     }),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{lookup, Attr, Attrs};
+    use crate::te::eval_stages;
+    use crate::tensor::Tensor;
+
+    fn op(
+        op_type: &str,
+        attrs: &[(&str, Attr)],
+        n_inputs: usize,
+        n_outputs: usize,
+    ) -> OpResult<Arc<dyn Operator>> {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        lookup(op_type).expect("registered")(&OpCx {
+            attrs: &attrs,
+            opset: 1,
+            n_inputs,
+            n_outputs,
+        })
+    }
+
+    /// Infers, lowers and interprets `op` on run-time `args`: each output's shape and values.
+    fn run(op: &dyn Operator, args: &[Tensor]) -> Vec<(Vec<usize>, Vec<f64>)> {
+        let inputs: Vec<Option<TensorType>> = args.iter().map(|a| Some(a.ty.clone())).collect();
+        let consts = vec![None; inputs.len()];
+        let outs = op
+            .infer(&InferCx {
+                inputs: &inputs,
+                consts: &consts,
+            })
+            .expect("infers");
+        let mut cx = LowerCx {
+            inputs: &inputs,
+            consts: &consts,
+            outputs: &outs,
+            stages: vec![],
+            name: "n".into(),
+            direct: false,
+        };
+        let srcs = op.lower(&mut cx).expect("lowers");
+        let refs: Vec<Option<&Tensor>> = args.iter().map(Some).collect();
+        eval_stages(&cx.stages, &refs, &srcs)
+            .into_iter()
+            .map(|v| (v.ty.shape.clone(), v.to_f64()))
+            .collect()
+    }
+
+    fn f64s(shape: &[usize], v: &[f64]) -> Tensor {
+        Tensor::from_f64_as(DType::F64, shape, v)
+    }
+
+    #[test]
+    fn adam_corrects_bias_only_after_the_first_step() {
+        let adam = op("ai.onnx.preview.training:Adam", &[], 6, 3).unwrap();
+        let (a, b, eps) = (0.9f32 as f64, 0.999f32 as f64, 1e-6f32 as f64);
+        for t in [0i64, 3] {
+            let args = [
+                f64s(&[], &[0.1]),
+                Tensor::from_i64(&[], &[t]),
+                f64s(&[1], &[1.0]),
+                f64s(&[1], &[1.0]),
+                f64s(&[1], &[0.0]),
+                f64s(&[1], &[0.0]),
+            ];
+            let got = run(&*adam, &args);
+            let (v, h) = (1.0 - a, 1.0 - b);
+            let r = if t > 0 {
+                0.1 * (1.0 - b.powi(t as i32)).sqrt() / (1.0 - a.powi(t as i32))
+            } else {
+                0.1
+            };
+            let x = 1.0 - r * (v / (h.sqrt() + eps));
+            assert!((got[0].1[0] - x).abs() < 1e-12, "T={t}: {got:?} {x}");
+            assert!((got[1].1[0] - v).abs() < 1e-12 && (got[2].1[0] - h).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn optimizer_nodes_are_checked() {
+        let m = [("alpha", Attr::Float(0.9)), ("beta", Attr::Float(1.0))];
+        let mut full = m.to_vec();
+        full.push(("norm_coefficient", Attr::Float(0.0)));
+        // `mode` is required, and one of two values.
+        assert!(op("ai.onnx.preview.training:Momentum", &full, 5, 2).is_err());
+        full.push(("mode", Attr::Str("heavy".into())));
+        assert!(op("ai.onnx.preview.training:Momentum", &full, 5, 2).is_err());
+        full.pop();
+        full.push(("mode", Attr::Str("standard".into())));
+        assert!(op("ai.onnx.preview.training:Momentum", &full, 5, 2).is_ok());
+        assert!(op("ai.onnx.preview.training:Momentum", &full, 6, 2).is_err());
+        assert!(op("ai.onnx.preview.training:Momentum", &full, 8, 3).is_err());
+        // Shapes of one tensor's state must match it.
+        let adagrad = op("ai.onnx.preview.training:Adagrad", &[], 5, 2).unwrap();
+        let ty = |d, s: &[usize]| Some(TensorType::new(d, s.to_vec()));
+        let inputs = [
+            ty(DType::F32, &[]),
+            ty(DType::I64, &[]),
+            ty(DType::F32, &[2]),
+            ty(DType::F32, &[2]),
+            ty(DType::F32, &[3]),
+        ];
+        let consts = vec![None; 5];
+        let cx = InferCx {
+            inputs: &inputs,
+            consts: &consts,
+        };
+        assert!(adagrad.infer(&cx).is_err());
+    }
+
+    #[test]
+    fn array_feature_extractor_of_a_vector_and_negative_indices() {
+        let afe = op("ai.onnx.ml:ArrayFeatureExtractor", &[], 2, 1).unwrap();
+        let x = f64s(&[4], &[10., 11., 12., 13.]);
+        let got = run(&*afe, &[x, Tensor::from_i64(&[3], &[-1, 0, 9])]);
+        assert_eq!(got, [(vec![1, 3], vec![13., 10., 13.])]);
+    }
+
+    #[test]
+    fn binarizer_of_integers() {
+        let b = op(
+            "ai.onnx.ml:Binarizer",
+            &[("threshold", Attr::Float(1.5))],
+            1,
+            1,
+        )
+        .unwrap();
+        let got = run(&*b, &[Tensor::from_i64(&[4], &[-3, 1, 2, 7])]);
+        assert_eq!(got, [(vec![4], vec![0., 0., 1., 1.])]);
+    }
+}
