@@ -15,6 +15,7 @@ pub mod elementwise;
 pub mod extra;
 pub mod folded;
 pub mod index;
+pub mod loss;
 pub mod matmul;
 pub mod misc;
 pub mod nn;
@@ -23,6 +24,7 @@ pub mod reduce;
 pub mod shape;
 pub mod signal;
 pub mod text;
+pub mod training;
 
 pub use attrs::{Attr, Attrs};
 
@@ -275,6 +277,8 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     signal::OPS,
     folded::OPS,
     text::OPS,
+    loss::OPS,
+    training::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
