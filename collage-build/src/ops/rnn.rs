@@ -9,8 +9,9 @@
 //!
 //! `sequence_lens`, when given and not a constant equal to the sequence length everywhere, masks
 //! the steps: a batch entry's state stops changing after its length, its `Y` rows past it are
-//! zero, and the reverse direction starts at its last valid step (ONNX Runtime's semantics; the
-//! reference evaluator ignores `sequence_lens`). Run-time lengths are clamped to
+//! zero, the reverse direction starts at its last valid step, and the final states of a sequence
+//! of length 0 are zero (ONNX Runtime's semantics; the reference evaluator ignores
+//! `sequence_lens`). Run-time lengths are clamped to
 //! `[0, seq_length]`; constant ones outside that range are an error.
 use std::sync::Arc;
 
@@ -760,10 +761,15 @@ impl Operator for Recurrent {
             } else {
                 (Expr::var(1), Expr::var(0), Expr::var(2))
             };
-            let body = by_direction(dm.dirs, dv, |d| {
+            let mut body = by_direction(dm.dirs, dv, |d| {
                 let s = if which == 0 { finals[d].0 } else { finals[d].1 };
                 load_state(s, d, self.batch_major, dt, b.clone(), hv.clone())
             });
+            if let Some(l) = lens {
+                // A sequence of length 0 has zero final states (as in ONNX Runtime).
+                let empty = Expr::load(l, vec![b]).eq(Expr::i(0));
+                body = Expr::select(empty, Expr::c(dt, 0.0), body);
+            }
             outs.push(cx.stage(ty, body));
         }
         Ok(outs)
