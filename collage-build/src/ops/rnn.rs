@@ -890,3 +890,208 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("GRU", |cx| make(cx, Cell::Gru)),
     ("LSTM", |cx| make(cx, Cell::Lstm)),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{lookup, Attrs};
+    use crate::te::eval_stages;
+    use crate::tensor::Tensor;
+
+    fn op(op_type: &str, attrs: &[(&str, Attr)], n_outputs: usize) -> OpResult<Arc<dyn Operator>> {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        lookup(op_type).expect("registered")(&OpCx {
+            attrs: &attrs,
+            opset: 22,
+            n_inputs: 6,
+            n_outputs,
+        })
+    }
+
+    fn strs(v: &[&str]) -> Attr {
+        Attr::Strs(v.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn t(d: DType, shape: &[usize], v: &[f64]) -> Option<Tensor> {
+        Some(Tensor::from_f64_as(d, shape, v))
+    }
+
+    /// Infers, lowers and interprets `op` on `args` (`consts`: which are compile-time constants).
+    fn run(
+        op: &dyn Operator,
+        args: &[Option<Tensor>],
+        consts: &[usize],
+    ) -> OpResult<Vec<Vec<f64>>> {
+        let inputs: Vec<Option<TensorType>> = args
+            .iter()
+            .map(|a| a.as_ref().map(|t| t.ty.clone()))
+            .collect();
+        let consts: Vec<Option<Arc<Tensor>>> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| a.clone().filter(|_| consts.contains(&i)).map(Arc::new))
+            .collect();
+        let outs = op.infer(&InferCx {
+            inputs: &inputs,
+            consts: &consts,
+        })?;
+        let mut cx = LowerCx {
+            inputs: &inputs,
+            consts: &consts,
+            outputs: &outs,
+            stages: vec![],
+            name: "n".into(),
+            direct: false,
+        };
+        let srcs = op.lower(&mut cx)?;
+        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
+        Ok(eval_stages(&cx.stages, &refs, &srcs)
+            .into_iter()
+            .map(|v| v.to_f64())
+            .collect())
+    }
+
+    #[test]
+    fn attributes_are_checked() {
+        let bad = [
+            ("RNN", vec![("activations", strs(&["Gelu"]))]),
+            (
+                "RNN",
+                vec![("activations", strs(&["Tanh", "Tanh", "Tanh"]))],
+            ),
+            ("GRU", vec![("activations", strs(&["Sigmoid"]))]),
+            (
+                "RNN",
+                vec![
+                    ("activations", strs(&["Tanh"])),
+                    ("activation_alpha", Attr::Floats(vec![0.5])),
+                ],
+            ),
+            ("LSTM", vec![("direction", Attr::Str("both".into()))]),
+            ("LSTM", vec![("linear_before_reset", Attr::Int(1))]),
+            ("GRU", vec![("input_forget", Attr::Int(1))]),
+            ("RNN", vec![("layout", Attr::Int(2))]),
+            ("RNN", vec![("clip", Attr::Float(-1.0))]),
+            ("RNN", vec![("hidden_size", Attr::Int(0))]),
+        ];
+        for (ty, attrs) in bad {
+            assert!(op(ty, &attrs, 2).is_err(), "{ty} {attrs:?}");
+        }
+        assert!(op("RNN", &[], 3).is_err(), "RNN has two outputs");
+        // Accepted: one direction's list for both directions, the RNN schema's default list of
+        // two for one direction, an alpha consumed by the activation that takes one.
+        let bidi = ("direction", Attr::Str("bidirectional".into()));
+        assert!(op(
+            "LSTM",
+            &[
+                bidi.clone(),
+                ("activations", strs(&["Sigmoid", "Tanh", "Relu"]))
+            ],
+            3
+        )
+        .is_ok());
+        assert!(op("RNN", &[("activations", strs(&["Tanh", "Tanh"]))], 2).is_ok());
+        let rnn = op(
+            "RNN",
+            &[
+                ("activations", strs(&["tanh", "LeakyRelu"])),
+                ("activation_alpha", Attr::Floats(vec![0.5])),
+                bidi,
+            ],
+            2,
+        )
+        .unwrap();
+        let r = rnn.as_any().downcast_ref::<Recurrent>().unwrap();
+        assert_eq!(r.acts, vec![vec![Act::Tanh], vec![Act::LeakyRelu(0.5)]]);
+    }
+
+    #[test]
+    fn shapes_and_constant_lengths_are_checked() {
+        let rnn = op("RNN", &[("hidden_size", Attr::Int(1))], 2).unwrap();
+        let f = DType::F32;
+        let x = t(f, &[3, 2, 1], &[0.0; 6]);
+        let w = t(f, &[1, 1, 1], &[1.0]);
+        // R of the wrong hidden size; W of two directions for one.
+        assert!(run(
+            &*rnn,
+            &[x.clone(), w.clone(), t(f, &[1, 2, 2], &[0.0; 4])],
+            &[]
+        )
+        .is_err());
+        let w2 = t(f, &[2, 1, 1], &[1.0, 1.0]);
+        assert!(run(&*rnn, &[x.clone(), w2, w.clone()], &[]).is_err());
+        // A constant length past the sequence.
+        let lens = t(DType::I32, &[2], &[3.0, 4.0]);
+        assert!(run(&*rnn, &[x, w.clone(), w, None, lens], &[4]).is_err());
+    }
+
+    /// With identity activations and unit weights, an RNN computes prefix sums of its input:
+    /// shows the masking by `sequence_lens` in both directions.
+    #[test]
+    fn sequence_lengths_mask_steps() {
+        let f = DType::F32;
+        let affine = strs(&["Affine", "Affine"]);
+        let rnn = op(
+            "RNN",
+            &[
+                ("hidden_size", Attr::Int(1)),
+                ("direction", Attr::Str("bidirectional".into())),
+                ("activations", affine),
+            ],
+            2,
+        )
+        .unwrap();
+        // X [T=3, B=3, 1]: batch 0 is 1, 2, 3; batch 1 is 10, 20, 30; batch 2 is 100, 200, 300.
+        let x = t(
+            f,
+            &[3, 3, 1],
+            &[1., 10., 100., 2., 20., 200., 3., 30., 300.],
+        );
+        let w = t(f, &[2, 1, 1], &[1.0, 1.0]);
+        let h0 = t(f, &[2, 3, 1], &[0.5; 6]);
+        // Y [T, D, B, 1] and Y_h [D, B, 1] for lengths 3, 1, 0.
+        let y_short = [
+            1.5, 10.5, 0., 6.5, 10.5, 0., // t = 0
+            3.5, 0., 0., 5.5, 0., 0., // t = 1
+            6.5, 0., 0., 3.5, 0., 0., // t = 2
+        ];
+        let yh_short = [6.5, 10.5, 0., 6.5, 10.5, 0.];
+        // ... and for lengths 3, 3, 0.
+        let y_full = [
+            1.5, 10.5, 0., 6.5, 60.5, 0., // t = 0
+            3.5, 30.5, 0., 5.5, 50.5, 0., // t = 1
+            6.5, 60.5, 0., 3.5, 30.5, 0., // t = 2
+        ];
+        let yh_full = [6.5, 60.5, 0., 6.5, 60.5, 0.];
+        // Run-time lengths, the same as a constant, and a run-time length past the sequence
+        // (clamped to it).
+        let cases = [
+            ([3., 1., 0.], vec![], (&y_short, &yh_short)),
+            ([3., 1., 0.], vec![4], (&y_short, &yh_short)),
+            ([3., 9., 0.], vec![], (&y_full, &yh_full)),
+        ];
+        for (lens, consts, (y, yh)) in cases {
+            let lens = t(DType::I32, &[3], &lens);
+            let args = [x.clone(), w.clone(), w.clone(), None, lens, h0.clone()];
+            let got = run(&*rnn, &args, &consts).unwrap();
+            assert_eq!(got[0], y.to_vec(), "{consts:?}");
+            assert_eq!(got[1], yh.to_vec(), "{consts:?}");
+        }
+        // Constant lengths equal to the sequence length: no masking, same as without them.
+        let lens = t(DType::I32, &[3], &[3., 3., 3.]);
+        let with = run(
+            &*rnn,
+            &[x.clone(), w.clone(), w.clone(), None, lens, h0.clone()],
+            &[4],
+        )
+        .unwrap();
+        let without = run(&*rnn, &[x, w.clone(), w, None, None, h0], &[]).unwrap();
+        assert_eq!(with, without);
+        assert_eq!(with[1], vec![6.5, 60.5, 600.5, 6.5, 60.5, 600.5]);
+    }
+}
