@@ -427,34 +427,23 @@ fn load_state(s: State, d: usize, batch_major: bool, dt: DType, b: Expr, j: Expr
     }
 }
 
-/// The recurrent product `h·R[d, rows]ᵀ` as a stage `[B, rows.len()]`, `None` for a zero
-/// state.
-fn recurrent_product(
-    cx: &mut LowerCx,
-    st: &Step,
-    h: State,
-    first_row: usize,
-    rows: usize,
-) -> Option<Src> {
+/// The recurrent product `h·R[d, 0..rows]ᵀ` as a stage `[B, rows]`, `None` for a zero state.
+fn recurrent_product(cx: &mut LowerCx, st: &Step, h: State, rows: usize) -> Option<Src> {
     if matches!(h, State::Zero) {
         return None;
     }
     let body = st.load(h, Expr::var(0), Expr::rvar(0)).mul(Expr::load(
         Src::Arg(R as u32),
-        vec![
-            Expr::i(st.d as i64),
-            Expr::var(1).add(Expr::i(first_row as i64)),
-            Expr::rvar(0),
-        ],
+        vec![Expr::i(st.d as i64), Expr::var(1), Expr::rvar(0)],
     ));
     let ty = TensorType::new(st.dm.dtype, vec![st.dm.batch, rows]);
     Some(cx.reduce(ty, RedOp::Sum, vec![st.dm.hidden], body, None))
 }
 
-/// Element `[b, g - first_row]` of a recurrent product (zero when there is none).
-fn rec(st: &Step, prod: Option<Src>, first_row: usize, g: Expr) -> Expr {
+/// Element `[b, g]` of a recurrent product (zero when there is none).
+fn rec(st: &Step, prod: Option<Src>, g: Expr) -> Expr {
     match prod {
-        Some(p) => Expr::load(p, vec![Step::b(), g.sub(Expr::i(first_row as i64))]),
+        Some(p) => Expr::load(p, vec![Step::b(), g]),
         None => st.c(0.0),
     }
 }
@@ -505,8 +494,8 @@ impl Recurrent {
     fn rnn_step(&self, cx: &mut LowerCx, st: &Step, h: State) -> State {
         let f = self.acts[st.d][0];
         let hv = Expr::var(1);
-        let prod = recurrent_product(cx, st, h, 0, st.dm.hidden);
-        let pre = st.xw(hv.clone()).add(rec(st, prod, 0, hv.clone()));
+        let prod = recurrent_product(cx, st, h, st.dm.hidden);
+        let pre = st.xw(hv.clone()).add(rec(st, prod, hv.clone()));
         let new = f.apply(st.clip(pre), st.dm.dtype);
         let body = st.mask(new, st.load(h, Step::b(), hv));
         let ty = TensorType::new(st.dm.dtype, vec![st.dm.batch, st.dm.hidden]);
@@ -525,11 +514,11 @@ impl Recurrent {
         } else {
             2 * hs
         };
-        let prod = recurrent_product(cx, st, h, 0, rows);
+        let prod = recurrent_product(cx, st, h, rows);
         // Gate pre-activations of rows `off + j`.
         let pre = |off: usize, j: Expr| {
             let g = j.add(Expr::i(off as i64));
-            st.xw(g.clone()).add(rec(st, prod, 0, g))
+            st.xw(g.clone()).add(rec(st, prod, g))
         };
         let z = f.apply(st.clip(pre(0, hv.clone())), dt);
         let r = f.apply(st.clip(pre(hs, hv.clone())), dt);
@@ -537,7 +526,7 @@ impl Recurrent {
         let h_pre = if self.linear_before_reset {
             // Xt·Whᵀ + Wbh + r ⊙ (Ht-1·Rhᵀ + Rbh)
             let g_h = hv.clone().add(gate_h.clone());
-            let mut lin = rec(st, prod, 0, g_h.clone());
+            let mut lin = rec(st, prod, g_h.clone());
             if let Some(rbh) = bias(cx, st.d, 3 * hs, g_h.clone()) {
                 lin = lin.add(rbh);
             }
@@ -570,11 +559,11 @@ impl Recurrent {
         let hs = st.dm.hidden;
         let ty = TensorType::new(dt, vec![st.dm.batch, hs]);
         let hv = Expr::var(1);
-        let prod = recurrent_product(cx, st, h, 0, 4 * hs);
+        let prod = recurrent_product(cx, st, h, 4 * hs);
         // Gate `k` (i, o, f, c) pre-activation.
         let pre = |k: usize| {
             let g = hv.clone().add(Expr::i((k * hs) as i64));
-            st.xw(g.clone()).add(rec(st, prod, 0, g))
+            st.xw(g.clone()).add(rec(st, prod, g))
         };
         // Peephole `k` (i, o, f) times `state`.
         let has_p = cx.has(P);
