@@ -21,6 +21,7 @@ pub mod misc;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
+pub mod rnn;
 pub mod shape;
 pub mod signal;
 pub mod text;
@@ -279,6 +280,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     text::OPS,
     loss::OPS,
     training::OPS,
+    rnn::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
