@@ -3,7 +3,7 @@
 //! branch (the other branch is never imported, so it may be invalid for these shapes, as in
 //! expanded functions that branch on a rank); an `If` with a run-time condition computes both
 //! branches and selects with `Where` (their outputs must have one type). A `Scan` is unrolled
-//! over its sequence length: per step a `Gather` of each scan input, a copy of the body, and at
+//! over its sequence length (an opset-8 `Scan`, with a batch axis, becomes one per batch entry): per step a `Gather` of each scan input, a copy of the body, and at
 //! the end `Unsqueeze` + `Concat` of each scan output. A `Loop` is unrolled one iteration at a
 //! time: each step imports a copy of the body and leaves a continuation (the same `Loop`, one
 //! iteration on) to be expanded after the step's nodes are inferred, so that the condition the
@@ -17,6 +17,10 @@ use crate::ops::{self, Attr, Attrs, OpCx};
 
 /// Most nodes one `Scan` may unroll to (steps times body nodes).
 const MAX_UNROLLED_NODES: usize = 100_000;
+
+/// The internal attribute of the per-batch `Scan`s an opset-8 `Scan` becomes: they have the
+/// opset-9 form (no batch axis, no `sequence_lens`) whatever the model's opset.
+const SCAN_PER_BATCH: &str = "__collage_scan_per_batch";
 
 /// Most iterations a `Loop` is unrolled for.
 const MAX_LOOP_ITERATIONS: i64 = 10_000;
@@ -126,10 +130,8 @@ fn expand_if(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> 
 
 fn expand_scan(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> {
     let err = |e: OpError| node.error(e);
-    if cf.opset < 9 {
-        return Err(err(OpError::Unsupported(
-            "Scan before opset 9 (with a batch axis)".into(),
-        )));
+    if cf.opset < 9 && cf.attrs.int(SCAN_PER_BATCH, 0).map_err(err)? == 0 {
+        return expand_scan8(g, node, cf);
     }
     let inputs: Vec<ValueId> = node
         .inputs
@@ -437,5 +439,134 @@ fn expand_loop(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
         inputs,
         outputs: node.outputs.clone(),
     });
+    Ok(out)
+}
+
+/// An opset-8 `Scan` (inputs `sequence_lens`, states `[batch, ...]`, scan inputs
+/// `[batch, sequence, ...]`): one opset-9 `Scan` per batch entry on its slices, the outputs
+/// stacked back along the batch axis. `sequence_lens`, when given, must be a constant equal to
+/// the sequence length for every entry (the static unrolling runs every step).
+fn expand_scan8(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> {
+    let err = |e: OpError| node.error(e);
+    let inputs: Vec<ValueId> = node
+        .inputs
+        .iter()
+        .skip(1)
+        .map(|v| v.ok_or_else(|| err(OpError::expected("no omitted inputs", "an empty one"))))
+        .collect::<Result<_>>()?;
+    let batch = match inputs.first().and_then(|&v| g.value(v).ty.clone()) {
+        Some(t) if t.rank() >= 1 && t.shape[0] >= 1 => t.shape[0],
+        _ => {
+            return Err(err(OpError::expected(
+                "inputs of a known type with a (non-empty) batch axis",
+                "none",
+            )))
+        }
+    };
+    let m = cf.attrs.int("num_scan_inputs", -1).map_err(err)?;
+    let m = usize::try_from(m)
+        .ok()
+        .filter(|&m| m >= 1 && m <= inputs.len())
+        .ok_or_else(|| {
+            err(OpError::expected(
+                format!("num_scan_inputs in [1, {}]", inputs.len()),
+                m,
+            ))
+        })?;
+    for &v in &inputs {
+        match &g.value(v).ty {
+            Some(t) if t.rank() >= 1 && t.shape[0] == batch => {}
+            t => {
+                return Err(err(OpError::expected(
+                    format!("inputs with batch axis {batch}"),
+                    format!("{t:?}"),
+                )))
+            }
+        }
+    }
+    if let Some(lens) = node.inputs.first().copied().flatten() {
+        let full = g
+            .value(inputs[inputs.len() - m])
+            .ty
+            .as_ref()
+            .map_or(0, |t| t.shape.get(1).copied().unwrap_or(0));
+        match g.konst(lens) {
+            Some(t) if (0..t.numel()).all(|i| t.get_i64(i) == full as i64) => {}
+            _ => {
+                return Err(err(OpError::Unsupported(format!(
+                    "Scan (opset 8) with sequence_lens other than the constant full length {full}"
+                ))))
+            }
+        }
+    }
+    let mut attrs = cf.attrs.clone();
+    attrs.0.insert(SCAN_PER_BATCH.into(), Attr::Int(1));
+    if let Some(d) = attrs.0.remove("directions") {
+        attrs.0.insert("scan_input_directions".into(), d);
+    }
+    let mut out = Vec::new();
+    let mut per_batch: Vec<Vec<ValueId>> = vec![Vec::with_capacity(batch); node.outputs.len()];
+    for b in 0..batch {
+        let idx = g.add_const(
+            format!("{}/b{b}/index", node.name),
+            Tensor::from_i64(&[], &[b as i64]),
+        );
+        let mut args = Vec::with_capacity(inputs.len());
+        for (j, &x) in inputs.iter().enumerate() {
+            let slice = g.add_value(format!("{}/b{b}/in{j}", node.name), None);
+            out.push(make(
+                format!("{}/b{b}/slice{j}", node.name),
+                "Gather",
+                vec![("axis", Attr::Int(0))],
+                vec![x, idx],
+                vec![slice],
+            ));
+            args.push(Some(slice));
+        }
+        let outs: Vec<ValueId> = (0..node.outputs.len())
+            .map(|k| g.add_value(format!("{}/b{b}/out{k}", node.name), None))
+            .collect();
+        for (k, &o) in outs.iter().enumerate() {
+            per_batch[k].push(o);
+        }
+        out.push(Node {
+            name: format!("{}/b{b}", node.name),
+            op: std::sync::Arc::new(ControlFlow {
+                op_type: cf.op_type,
+                attrs: attrs.clone(),
+                bodies: cf.bodies.clone(),
+                opset: cf.opset,
+                base: cf.base.clone(),
+                scope: cf.scope.clone(),
+            }),
+            inputs: args,
+            outputs: outs,
+        });
+    }
+    let axes = g.add_const(
+        format!("{}/batch_axes", node.name),
+        Tensor::from_i64(&[1], &[0]),
+    );
+    for (k, parts) in per_batch.into_iter().enumerate() {
+        let mut stacked = Vec::with_capacity(parts.len());
+        for (b, p) in parts.into_iter().enumerate() {
+            let u = g.add_value(format!("{}/out{k}/b{b}", node.name), None);
+            out.push(make(
+                format!("{}/out{k}/unsqueeze{b}", node.name),
+                "Unsqueeze",
+                vec![],
+                vec![p, axes],
+                vec![u],
+            ));
+            stacked.push(u);
+        }
+        out.push(make(
+            format!("{}/out{k}/concat", node.name),
+            "Concat",
+            vec![("axis", Attr::Int(0))],
+            stacked,
+            vec![node.outputs[k]],
+        ));
+    }
     Ok(out)
 }
