@@ -3,8 +3,9 @@
 //! branch (the other branch is never imported, so it may be invalid for these shapes, as in
 //! expanded functions that branch on a rank); an `If` with a run-time condition computes both
 //! branches and selects with `Where` (their outputs must have one type). A `Scan` is unrolled
-//! over its sequence length (an opset-8 `Scan`, with a batch axis, becomes one per batch entry): per step a `Gather` of each scan input, a copy of the body, and at
-//! the end `Unsqueeze` + `Concat` of each scan output. A `Loop` is unrolled one iteration at a
+//! over its sequence length: per step a `Gather` of each scan input, a copy of the body, and at
+//! the end `Unsqueeze` + `Concat` of each scan output (an opset-8 `Scan`, with a batch axis,
+//! becomes one such `Scan` per batch entry). A `Loop` is unrolled one iteration at a
 //! time: each step imports a copy of the body and leaves a continuation (the same `Loop`, one
 //! iteration on) to be expanded after the step's nodes are inferred, so that the condition the
 //! body computes is known (folded) before the next step is taken; its trip count and condition
