@@ -119,6 +119,48 @@ def narrow_outputs_from_attributes():
     save("test_narrow_outputs_from_attributes", m, inputs)
 
 
+def loop_early_exit():
+    """A Loop whose body computes its condition (false after the fourth iteration, before the
+    trip count of 10): unrolled one iteration at a time, the condition of each is folded before
+    the next is taken, so the scan output stacks four iterations. The carried value and the
+    data it adds are run-time values."""
+    body = h.make_graph(
+        [
+            h.make_node("Add", ["i", "one"], ["next"]),
+            h.make_node("Less", ["next", "four"], ["cond_out"]),
+            h.make_node("Unsqueeze", ["i", "zero"], ["at"]),
+            h.make_node("Unsqueeze", ["next", "zero"], ["to"]),
+            h.make_node("Slice", ["x", "at", "to"], ["xi"]),
+            h.make_node("Add", ["y_in", "xi"], ["y_out"]),
+            h.make_node("Mul", ["y_out", "y_out"], ["sq"]),
+        ],
+        "body",
+        [h.make_tensor_value_info("i", T.INT64, []),
+         h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("y_in", T.FLOAT, [1])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("y_out", T.FLOAT, [1]),
+         h.make_tensor_value_info("sq", T.FLOAT, [1])],
+        initializer=[nh.from_array(np.array(1, dtype=np.int64), "one"),
+                     nh.from_array(np.array(4, dtype=np.int64), "four"),
+                     nh.from_array(np.array([0], dtype=np.int64), "zero")],
+    )
+    nodes = [h.make_node("Loop", ["m", "c", "y0"], ["y", "ys"], body=body)]
+    inits = [nh.from_array(np.array(10, dtype=np.int64), "m"),
+             nh.from_array(np.array(True), "c")]
+    ins = [h.make_tensor_value_info("y0", T.FLOAT, [1]),
+           h.make_tensor_value_info("x", T.FLOAT, [10])]
+    outs = [h.make_tensor_value_info("y", T.FLOAT, [1]),
+            h.make_tensor_value_info("ys", T.FLOAT, [4, 1])]
+    m = h.make_model(h.make_graph(nodes, "loop_early_exit", ins, outs, initializer=inits),
+                     opset_imports=[h.make_opsetid("", 21)])
+    rng = np.random.default_rng(3)
+    inputs = {"y0": rng.uniform(-1, 1, 1).astype(np.float32),
+              "x": rng.uniform(-1, 1, 10).astype(np.float32)}
+    save("test_loop_early_exit", m, inputs)
+
+
 narrow_int_fused()
 half_chain()
 narrow_outputs_from_attributes()
+loop_early_exit()
