@@ -19,6 +19,7 @@ pub mod misc;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
+pub mod seq;
 pub mod shape;
 
 pub use attrs::{Attr, Attrs};
@@ -267,6 +268,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     shape::OPS,
     misc::OPS,
     extra::OPS,
+    seq::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`

@@ -1,0 +1,580 @@
+//! Operators of the `seq` family, for sequence models: `CausalConvWithState` (opset 27) and
+//! `LinearAttention` (opset 27).
+//!
+//! Both carry a recurrent state between calls (a convolution's last `k - 1` inputs, a linear
+//! attention's `d_k x d_v` matrix per head). Lengths are static, so `LinearAttention`'s recurrence
+//! over the sequence is unrolled in the lowering: one group of stages per time step, each reading
+//! the previous step's state.
+//!
+//! Their float16 / bfloat16 forms are computed on f32 (`passes/infer.rs` widens the inputs and
+//! narrows the outputs), so the operators see f32 only.
+use std::sync::Arc;
+
+use super::{
+    check_arity, check_dtype, dim_add, dim_mul, Constructor, InferCx, LowerCx, OpCx, OpResult,
+    Operator, MAX_DIM,
+};
+use crate::error::OpError;
+use crate::te::{Expr, RedOp, Src};
+use crate::tensor::{DType, TensorType};
+
+/// The element types the operators compute on (their 16-bit forms are widened to f32).
+const F32: &[DType] = &[DType::F32];
+
+/// The logistic function of an f32 expression.
+fn sigmoid(x: Expr) -> Expr {
+    let one = Expr::c(DType::F32, 1.0);
+    one.clone().div(one.add(x.neg().exp()))
+}
+
+/// An [`InferCx`] over a lowering context's inputs.
+fn icx<'a>(cx: &'a LowerCx) -> InferCx<'a> {
+    InferCx {
+        inputs: cx.inputs,
+        consts: cx.consts,
+    }
+}
+
+/// Checks that input `i` (named `what`) has exactly `shape`.
+fn check_shape(cx: &InferCx, i: usize, what: &str, shape: &[usize]) -> OpResult<()> {
+    let t = cx.input(i)?;
+    if t.shape != shape {
+        return Err(OpError::expected(
+            format!("{what} (input {i}) of shape {shape:?}"),
+            t,
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that input `i` (named `what`) has rank `rank` and returns its shape.
+fn rank_of<'a>(cx: &'a InferCx, i: usize, what: &str, rank: usize) -> OpResult<&'a [usize]> {
+    let t = cx.input(i)?;
+    if t.rank() != rank {
+        return Err(OpError::expected(
+            format!("{what} (input {i}) of rank {rank}"),
+            t,
+        ));
+    }
+    Ok(&t.shape)
+}
+
+// ---------------------------------------------------------------------------------------------
+// CausalConvWithState
+// ---------------------------------------------------------------------------------------------
+
+/// `CausalConvWithState`'s fused activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Activation {
+    /// None.
+    None,
+    /// SiLU (alias Swish): `x * sigmoid(x)`.
+    Silu,
+}
+
+/// `CausalConvWithState`: a depthwise 1-D convolution over `past_state ++ input` (the past
+/// `k - 1` positions, zeros when absent) with valid padding, so each output position sees only
+/// itself and earlier positions; the second output is the last `k - 1` positions of that
+/// concatenation (the state for the next call).
+#[derive(Debug)]
+struct CausalConv {
+    activation: Activation,
+    n_outputs: usize,
+}
+
+/// Resolved sizes of one `CausalConvWithState`.
+struct ConvDims {
+    b: usize,
+    c: usize,
+    l: usize,
+    k: usize,
+}
+
+impl CausalConv {
+    fn dims(cx: &InferCx) -> OpResult<ConvDims> {
+        check_arity(cx, 2, 4)?;
+        check_dtype(cx, 0, F32)?;
+        let x = rank_of(cx, 0, "input (batch, channels, length)", 3)?;
+        let (b, c, l) = (x[0], x[1], x[2]);
+        check_dtype(cx, 1, F32)?;
+        let w = rank_of(cx, 1, "weight (channels, 1, k)", 3)?;
+        if w[0] != c || w[1] != 1 || w[2] == 0 {
+            return Err(OpError::expected(
+                format!("weight (input 1) of shape [{c}, 1, k] with k >= 1"),
+                format!("{w:?}"),
+            ));
+        }
+        let k = w[2];
+        if cx.has(2) {
+            check_dtype(cx, 2, F32)?;
+            check_shape(cx, 2, "bias", &[c])?;
+        }
+        if cx.has(3) {
+            check_dtype(cx, 3, F32)?;
+            check_shape(cx, 3, "past_state", &[b, c, k - 1])?;
+        }
+        dim_add(l, k - 1, "padded length")?;
+        Ok(ConvDims { b, c, l, k })
+    }
+}
+
+impl Operator for CausalConv {
+    fn op_type(&self) -> &'static str {
+        "CausalConvWithState"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        let d = Self::dims(cx)?;
+        let outs = [
+            TensorType::new(DType::F32, vec![d.b, d.c, d.l]),
+            TensorType::new(DType::F32, vec![d.b, d.c, d.k - 1]),
+        ];
+        Ok(outs.into_iter().take(self.n_outputs.clamp(1, 2)).collect())
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let d = Self::dims(&icx(cx))?;
+        let has_bias = cx.has(2);
+        let has_past = cx.has(3);
+        let f = DType::F32;
+        let pad = d.k - 1;
+        // Position `p` of `past_state ++ input` for batch `Var(0)`, channel `Var(1)`.
+        let padded = |p: Expr| {
+            let (b, c) = (Expr::var(0), Expr::var(1));
+            let from_input = Expr::load(
+                Src::Arg(0),
+                vec![b.clone(), c.clone(), p.clone().sub(Expr::i(pad as i64))],
+            );
+            if pad == 0 {
+                return from_input;
+            }
+            let from_past = if has_past {
+                Expr::load(Src::Arg(3), vec![b, c, p.clone()])
+            } else {
+                Expr::c(f, 0.0)
+            };
+            Expr::select(p.lt(Expr::i(pad as i64)), from_past, from_input)
+        };
+        let w = Expr::load(Src::Arg(1), vec![Expr::var(1), Expr::i(0), Expr::rvar(0)]);
+        let body = w.mul(padded(Expr::var(2).add(Expr::rvar(0))));
+        let mut y = Expr::Acc;
+        if has_bias {
+            y = y.add(Expr::load(Src::Arg(2), vec![Expr::var(1)]));
+        }
+        if self.activation == Activation::Silu {
+            y = y.clone().mul(sigmoid(y));
+        }
+        let fin = (y != Expr::Acc).then_some(y);
+        let out = cx.output(0).clone();
+        let conv = cx.reduce(out, RedOp::Sum, vec![d.k], body, fin);
+        let mut outs = vec![conv];
+        if self.n_outputs >= 2 {
+            let st = cx.output(1).clone();
+            let body = padded(Expr::var(2).add(Expr::i(d.l as i64)));
+            outs.push(cx.stage(st, body));
+        }
+        Ok(outs)
+    }
+}
+
+fn causal_conv_ctor(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
+    let activation = match cx.attrs.string("activation", "none")?.as_str() {
+        "none" => Activation::None,
+        "silu" | "swish" => Activation::Silu,
+        other => {
+            return Err(OpError::expected(
+                "activation 'none', 'silu' or 'swish'",
+                format!("'{other}'"),
+            ))
+        }
+    };
+    if cx.n_outputs == 0 || cx.n_outputs > 2 {
+        return Err(OpError::expected("1 or 2 outputs", cx.n_outputs));
+    }
+    Ok(Arc::new(CausalConv {
+        activation,
+        n_outputs: cx.n_outputs,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// LinearAttention
+// ---------------------------------------------------------------------------------------------
+
+/// Most time steps one `LinearAttention` unrolls to (each is three stages).
+const MAX_STEPS: usize = 8192;
+
+/// `LinearAttention`'s recurrence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UpdateRule {
+    /// `S_t = S_{t-1} + k_t v_t^T`.
+    Linear,
+    /// `S_t = exp(g_t) S_{t-1} + k_t v_t^T`.
+    Gated,
+    /// `S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T`.
+    Delta,
+    /// `S_t = exp(g_t) S_{t-1} + beta_t k_t (v_t - exp(g_t) S_{t-1}^T k_t)^T`.
+    GatedDelta,
+}
+
+impl UpdateRule {
+    fn gated(self) -> bool {
+        matches!(self, UpdateRule::Gated | UpdateRule::GatedDelta)
+    }
+
+    fn delta(self) -> bool {
+        matches!(self, UpdateRule::Delta | UpdateRule::GatedDelta)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            UpdateRule::Linear => "linear",
+            UpdateRule::Gated => "gated",
+            UpdateRule::Delta => "delta",
+            UpdateRule::GatedDelta => "gated_delta",
+        }
+    }
+}
+
+/// `LinearAttention` (opset 27): per key/value head a `d_k x d_v` state updated token by token
+/// (`update_rule`), read by every query head of its group: `o_t = scale * q_t^T S_t`. Inputs and
+/// outputs pack the heads into the last dimension (`[B, T, H * D]`); the state is
+/// `[B, H_kv, d_k, d_v]`.
+#[derive(Debug)]
+struct LinearAttention {
+    rule: UpdateRule,
+    q_heads: usize,
+    kv_heads: usize,
+    /// `None`: `1 / sqrt(d_k)`.
+    scale: Option<f64>,
+    n_outputs: usize,
+}
+
+/// Resolved sizes of one `LinearAttention`.
+struct LaDims {
+    b: usize,
+    t: usize,
+    dk: usize,
+    dv: usize,
+    /// The decay holds one value per head (`[B, T, H_kv]`), not one per key dimension.
+    decay_per_head: bool,
+    /// The update rate holds one value for all heads (`[B, T, 1]`).
+    beta_shared: bool,
+}
+
+impl LinearAttention {
+    fn dims(&self, cx: &InferCx) -> OpResult<LaDims> {
+        check_arity(cx, 3, 6)?;
+        let (hq, hkv) = (self.q_heads, self.kv_heads);
+        for i in 0..6 {
+            if cx.has(i) {
+                check_dtype(cx, i, F32)?;
+            }
+        }
+        let q = rank_of(cx, 0, "query (B, T, q_num_heads * d_k)", 3)?;
+        let (b, t) = (q[0], q[1]);
+        if q[2] % hq != 0 {
+            return Err(OpError::expected(
+                format!("query's last dimension a multiple of q_num_heads ({hq})"),
+                q[2],
+            ));
+        }
+        let dk = q[2] / hq;
+        let kw = dim_mul(hkv, dk, "kv_num_heads * d_k")?;
+        let k = rank_of(cx, 1, "key (B, T, kv_num_heads * d_k)", 3)?;
+        if k != [b, t, kw] {
+            return Err(OpError::expected(
+                format!("key (input 1) of shape [{b}, {t}, {kw}]"),
+                format!("{k:?}"),
+            ));
+        }
+        let v = rank_of(cx, 2, "value (B, T, kv_num_heads * d_v)", 3)?;
+        if v[0] != b || v[1] != t || v[2] % hkv != 0 {
+            return Err(OpError::expected(
+                format!("value (input 2) of shape [{b}, {t}, {hkv} * d_v]"),
+                format!("{v:?}"),
+            ));
+        }
+        let dv = v[2] / hkv;
+        dim_mul(hq, dv, "q_num_heads * d_v")?;
+        if t > MAX_STEPS {
+            return Err(OpError::Unsupported(format!(
+                "LinearAttention over {t} tokens: the recurrence is unrolled at build time, \
+                 up to {MAX_STEPS} tokens"
+            )));
+        }
+        if cx.has(3) {
+            check_shape(cx, 3, "past_state", &[b, hkv, dk, dv])?;
+        }
+        let rule = self.rule.name();
+        let mut decay_per_head = false;
+        match (self.rule.gated(), cx.has(4)) {
+            (true, false) => {
+                return Err(OpError::expected(
+                    format!("a decay (input 4) for update_rule '{rule}'"),
+                    "none",
+                ))
+            }
+            (false, true) => {
+                return Err(OpError::expected(
+                    format!("no decay (input 4) for update_rule '{rule}'"),
+                    cx.input(4)?,
+                ))
+            }
+            (true, true) => {
+                let g = rank_of(cx, 4, "decay", 3)?;
+                if g == [b, t, hkv] {
+                    decay_per_head = true;
+                } else if g != [b, t, kw] {
+                    return Err(OpError::expected(
+                        format!("decay (input 4) of shape [{b}, {t}, {kw}] or [{b}, {t}, {hkv}]"),
+                        format!("{g:?}"),
+                    ));
+                }
+            }
+            (false, false) => {}
+        }
+        let mut beta_shared = false;
+        match (self.rule.delta(), cx.has(5)) {
+            (true, false) => {
+                return Err(OpError::expected(
+                    format!("a beta (input 5) for update_rule '{rule}'"),
+                    "none",
+                ))
+            }
+            (false, true) => {
+                return Err(OpError::expected(
+                    format!("no beta (input 5) for update_rule '{rule}'"),
+                    cx.input(5)?,
+                ))
+            }
+            (true, true) => {
+                let be = rank_of(cx, 5, "beta", 3)?;
+                if be == [b, t, 1] {
+                    beta_shared = true;
+                } else if be != [b, t, hkv] {
+                    return Err(OpError::expected(
+                        format!("beta (input 5) of shape [{b}, {t}, {hkv}] or [{b}, {t}, 1]"),
+                        format!("{be:?}"),
+                    ));
+                }
+            }
+            (false, false) => {}
+        }
+        Ok(LaDims {
+            b,
+            t,
+            dk,
+            dv,
+            decay_per_head,
+            beta_shared,
+        })
+    }
+}
+
+/// `leaf(lo) .. leaf(hi - 1)` chosen by `t` (known to lie in `[lo, hi)`), as a balanced tree of
+/// selects.
+fn pick(t: &Expr, lo: usize, hi: usize, leaf: &dyn Fn(usize) -> Expr) -> Expr {
+    if hi - lo <= 1 {
+        return leaf(lo);
+    }
+    let mid = lo + (hi - lo) / 2;
+    Expr::select(
+        t.clone().lt(Expr::i(mid as i64)),
+        pick(t, lo, mid, leaf),
+        pick(t, mid, hi, leaf),
+    )
+}
+
+impl Operator for LinearAttention {
+    fn op_type(&self) -> &'static str {
+        "LinearAttention"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        let d = self.dims(cx)?;
+        let outs = [
+            TensorType::new(DType::F32, vec![d.b, d.t, self.q_heads * d.dv]),
+            TensorType::new(DType::F32, vec![d.b, self.kv_heads, d.dk, d.dv]),
+        ];
+        Ok(outs.into_iter().take(self.n_outputs.clamp(1, 2)).collect())
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let d = self.dims(&icx(cx))?;
+        let f = DType::F32;
+        let (hq, hkv) = (self.q_heads, self.kv_heads);
+        let group = (hq / hkv) as i64;
+        let (dk, dv) = (d.dk as i64, d.dv as i64);
+        let scale = self.scale.unwrap_or(1.0 / (d.dk as f64).sqrt());
+        let state_ty = TensorType::new(f, vec![d.b, hkv, d.dk, d.dv]);
+        let head_ty = TensorType::new(f, vec![d.b, hkv, d.dv]);
+        let out_ty = TensorType::new(f, vec![d.b, hq, d.dv]);
+        // Packed `[B, T, H * D]` input `i` at batch `b`, token `t`, head `h`, feature `x`.
+        let packed = |i: u32, b: Expr, t: usize, h: Expr, width: i64, x: Expr| {
+            Expr::load(
+                Src::Arg(i),
+                vec![b, Expr::i(t as i64), h.mul(Expr::i(width)).add(x)],
+            )
+        };
+        let (vb, vh) = (Expr::var(0), Expr::var(1));
+        let mut state: Option<Src> = cx.has(3).then_some(Src::Arg(3));
+        let mut outs = Vec::with_capacity(d.t);
+        for t in 0..d.t {
+            // The previous state, decayed, at `[b, h, key, m]`.
+            let decayed = |state: Option<Src>, b: Expr, h: Expr, key: Expr, m: Expr| {
+                let s = state?;
+                let mut e = Expr::load(s, vec![b.clone(), h.clone(), key.clone(), m]);
+                if self.rule.gated() {
+                    let g = if d.decay_per_head {
+                        Expr::load(Src::Arg(4), vec![b, Expr::i(t as i64), h])
+                    } else {
+                        packed(4, b, t, h, dk, key)
+                    };
+                    e = e.mul(g.exp());
+                }
+                Some(e)
+            };
+            // The value written at `[b, h, m]` (head_ty's variables).
+            let written = {
+                let v = packed(2, vb.clone(), t, vh.clone(), dv, Expr::var(2));
+                if self.rule.delta() {
+                    let beta = Expr::load(
+                        Src::Arg(5),
+                        vec![
+                            vb.clone(),
+                            Expr::i(t as i64),
+                            if d.beta_shared {
+                                Expr::i(0)
+                            } else {
+                                vh.clone()
+                            },
+                        ],
+                    );
+                    let r = Expr::rvar(0);
+                    match decayed(state, vb.clone(), vh.clone(), r.clone(), Expr::var(2)) {
+                        // beta * (v - S^T k), the retrieval a reduction over the key dimension.
+                        Some(s) => {
+                            let kr = packed(1, vb.clone(), t, vh.clone(), dk, r);
+                            let fin = beta.mul(v.sub(Expr::Acc));
+                            let w = cx.reduce(
+                                head_ty.clone(),
+                                RedOp::Sum,
+                                vec![d.dk],
+                                s.mul(kr),
+                                Some(fin),
+                            );
+                            Some(w)
+                        }
+                        None => Some(cx.stage(head_ty.clone(), beta.mul(v))),
+                    }
+                } else {
+                    None
+                }
+            };
+            // S_t = decayed S_{t-1} + k_t (x) written.
+            let key = Expr::var(2);
+            let m = Expr::var(3);
+            let kd = packed(1, vb.clone(), t, vh.clone(), dk, key.clone());
+            let wv = match written {
+                Some(w) => Expr::load(w, vec![vb.clone(), vh.clone(), m.clone()]),
+                None => packed(2, vb.clone(), t, vh.clone(), dv, m.clone()),
+            };
+            let mut body = kd.mul(wv);
+            if let Some(prev) = decayed(state, vb.clone(), vh.clone(), key, m) {
+                body = prev.add(body);
+            }
+            let s = cx.materialized_stage(state_ty.clone(), body);
+            state = Some(s);
+            // o_t = scale * q_t^T S_t, each query head reading its group's state.
+            let r = Expr::rvar(0);
+            let qr = packed(0, vb.clone(), t, vh.clone(), dk, r.clone());
+            let kv_head = if group == 1 {
+                vh.clone()
+            } else {
+                vh.clone().div(Expr::i(group))
+            };
+            let sr = Expr::load(s, vec![vb.clone(), kv_head, r, Expr::var(2)]);
+            let o = cx.reduce(
+                out_ty.clone(),
+                RedOp::Sum,
+                vec![d.dk],
+                qr.mul(sr),
+                Some(Expr::Acc.mul(Expr::c(f, scale))),
+            );
+            outs.push(o);
+        }
+        // The output `[B, T, H_q * d_v]` from the steps' `[B, H_q, d_v]`.
+        let y_ty = cx.output(0).clone();
+        let (h, m) = (
+            Expr::var(2).div(Expr::i(dv)),
+            Expr::var(2).fmod(Expr::i(dv)),
+        );
+        let leaf = |j: usize| Expr::load(outs[j], vec![vb.clone(), h.clone(), m.clone()]);
+        let y = if d.t == 0 {
+            cx.stage(y_ty, Expr::c(f, 0.0))
+        } else {
+            cx.stage(y_ty, pick(&Expr::var(1), 0, d.t, &leaf))
+        };
+        let mut res = vec![y];
+        if self.n_outputs >= 2 {
+            res.push(match state {
+                Some(s) => s,
+                None => cx.stage(state_ty, Expr::c(f, 0.0)),
+            });
+        }
+        Ok(res)
+    }
+}
+
+fn linear_attention_ctor(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
+    let rule = match cx.attrs.string("update_rule", "gated_delta")?.as_str() {
+        "linear" => UpdateRule::Linear,
+        "gated" => UpdateRule::Gated,
+        "delta" => UpdateRule::Delta,
+        "gated_delta" => UpdateRule::GatedDelta,
+        other => {
+            return Err(OpError::expected(
+                "update_rule 'linear', 'gated', 'delta' or 'gated_delta'",
+                format!("'{other}'"),
+            ))
+        }
+    };
+    let heads = |name: &str| -> OpResult<usize> {
+        let v = cx
+            .attrs
+            .opt_int(name)?
+            .ok_or_else(|| OpError::expected(format!("attribute `{name}`"), "none"))?;
+        if v < 1 || v > MAX_DIM as i64 {
+            return Err(OpError::expected(format!("{name} in [1, 2^48]"), v));
+        }
+        Ok(v as usize)
+    };
+    let (q_heads, kv_heads) = (heads("q_num_heads")?, heads("kv_num_heads")?);
+    if q_heads % kv_heads != 0 {
+        return Err(OpError::expected(
+            format!("q_num_heads a multiple of kv_num_heads ({kv_heads})"),
+            q_heads,
+        ));
+    }
+    let scale = cx.attrs.float("scale", 0.0)?;
+    if !scale.is_finite() {
+        return Err(OpError::expected("a finite scale", scale));
+    }
+    if cx.n_outputs == 0 || cx.n_outputs > 2 {
+        return Err(OpError::expected("1 or 2 outputs", cx.n_outputs));
+    }
+    Ok(Arc::new(LinearAttention {
+        rule,
+        q_heads,
+        kv_heads,
+        scale: (scale != 0.0).then_some(scale as f64),
+        n_outputs: cx.n_outputs,
+    }))
+}
+
+/// The registry of this family.
+pub const OPS: &[(&str, Constructor)] = &[
+    ("CausalConvWithState", causal_conv_ctor),
+    ("LinearAttention", linear_attention_ctor),
+];
