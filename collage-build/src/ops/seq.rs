@@ -573,8 +573,291 @@ fn linear_attention_ctor(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
     }))
 }
 
+// ---------------------------------------------------------------------------------------------
+// FlexAttention
+// ---------------------------------------------------------------------------------------------
+
+/// Which part of `FlexAttention` an operator computes. A node without modifier graphs is one
+/// [`FlexPart::Whole`]; one with `score_mod` / `prob_mod` is expanded during shape inference
+/// (`passes/control.rs`) into [`FlexPart::Scores`], the `score_mod` body, `Softmax`, the
+/// `prob_mod` body and [`FlexPart::Values`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlexPart {
+    /// `(Q, K, V) -> Y`.
+    Whole,
+    /// `(Q, K) -> scores` (`[B, H_q, L, S]` in the softmax precision).
+    Scores,
+    /// `(probs, V) -> Y`.
+    Values,
+}
+
+/// `ai.onnx.preview:FlexAttention` (version 1), or a part of it ([`FlexPart`]):
+/// `softmax(score_mod(Q K^T * scale)) -> prob_mod -> @ V` over rank-4 `[B, H, L, E]` inputs, query
+/// head `h` reading key/value head `h / (H_q / H_kv)`.
+#[derive(Debug)]
+pub struct FlexAttention {
+    part: FlexPart,
+    /// `None`: `1 / sqrt(E)`.
+    scale: Option<f32>,
+    /// `softmax_precision`, when given.
+    precision: Option<DType>,
+}
+
+/// Resolved sizes of one `FlexAttention` (or part).
+struct FlexDims {
+    dtype: DType,
+    b: usize,
+    hq: usize,
+    hkv: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+}
+
+impl FlexAttention {
+    /// The operator computing `part` of a node with these attributes.
+    pub fn new(part: FlexPart, attrs: &super::Attrs) -> OpResult<FlexAttention> {
+        let precision = match attrs.opt_int("softmax_precision")? {
+            None => None,
+            Some(code) => {
+                let code = i32::try_from(code).unwrap_or(-1);
+                match DType::from_onnx(code) {
+                    Some(d @ (DType::F16 | DType::BF16 | DType::F32 | DType::F64)) => Some(d),
+                    _ => {
+                        return Err(OpError::expected(
+                            "softmax_precision float, float16, bfloat16 or double",
+                            DType::onnx_name(code),
+                        ))
+                    }
+                }
+            }
+        };
+        let scale = attrs.opt_float("scale")?;
+        if scale.is_some_and(|s| !s.is_finite() || s < 0.0) {
+            return Err(OpError::expected(
+                "a finite, non-negative scale",
+                scale.unwrap_or(0.0),
+            ));
+        }
+        Ok(FlexAttention {
+            part,
+            scale,
+            precision,
+        })
+    }
+
+    /// The type the softmax is computed in (16-bit precisions are computed in f32, their values
+    /// rounded to the 16-bit type where the softmax reads and writes them).
+    fn compute(&self, d: DType) -> DType {
+        match self.precision {
+            Some(DType::F64) => DType::F64,
+            Some(_) => DType::F32,
+            None => d,
+        }
+    }
+
+    /// `e` (of the compute type) rounded to the softmax precision when that is a 16-bit float.
+    fn round(&self, e: Expr, cd: DType) -> Expr {
+        match self.precision {
+            Some(p @ (DType::F16 | DType::BF16)) => e.cast(p).cast(cd),
+            _ => e,
+        }
+    }
+
+    fn dims(&self, cx: &InferCx) -> OpResult<FlexDims> {
+        check_arity(cx, if self.part == FlexPart::Whole { 3 } else { 2 }, 3)?;
+        let floats = &[DType::F32, DType::F64];
+        // The input type (the `Values` part's probabilities are of the compute type).
+        let first = if self.part == FlexPart::Values {
+            check_dtype(cx, 0, floats)?;
+            1
+        } else {
+            0
+        };
+        let dtype = check_dtype(cx, first, floats)?;
+        for i in first + 1..cx.inputs.len() {
+            if cx.input(i)?.dtype != dtype {
+                return Err(OpError::expected(
+                    format!("input {i} of type {dtype} (as input {first})"),
+                    cx.input(i)?,
+                ));
+            }
+        }
+        let rank4 = |i: usize, what: &str| rank_of(cx, i, what, 4);
+        match self.part {
+            FlexPart::Whole | FlexPart::Scores => {
+                let q = rank4(0, "Q (B, H_q, L, E)")?;
+                let k = rank4(1, "K (B, H_kv, S, E)")?;
+                let (b, hq, l, e) = (q[0], q[1], q[2], q[3]);
+                let (hkv, s) = (k[1], k[2]);
+                if k[0] != b || k[3] != e || hkv == 0 || hq % hkv != 0 {
+                    return Err(OpError::expected(
+                        format!("K (input 1) of shape [{b}, H_kv, S, {e}], H_kv dividing {hq}"),
+                        format!("{k:?}"),
+                    ));
+                }
+                let ev = if self.part == FlexPart::Whole {
+                    let v = rank4(2, "V (B, H_kv, S, E_v)")?;
+                    if v[..3] != [b, hkv, s] {
+                        return Err(OpError::expected(
+                            format!("V (input 2) of shape [{b}, {hkv}, {s}, E_v]"),
+                            format!("{v:?}"),
+                        ));
+                    }
+                    v[3]
+                } else {
+                    0
+                };
+                Ok(FlexDims {
+                    dtype,
+                    b,
+                    hq,
+                    hkv,
+                    l,
+                    s,
+                    e,
+                    ev,
+                })
+            }
+            FlexPart::Values => {
+                let p = rank4(0, "probs (B, H_q, L, S)")?;
+                let v = rank4(1, "V (B, H_kv, S, E_v)")?;
+                let (b, hq, l, s) = (p[0], p[1], p[2], p[3]);
+                let hkv = v[1];
+                if v[0] != b || v[2] != s || hkv == 0 || hq % hkv != 0 {
+                    return Err(OpError::expected(
+                        format!("V (input 1) of shape [{b}, H_kv, {s}, E_v], H_kv dividing {hq}"),
+                        format!("{v:?}"),
+                    ));
+                }
+                Ok(FlexDims {
+                    dtype,
+                    b,
+                    hq,
+                    hkv,
+                    l,
+                    s,
+                    e: 0,
+                    ev: v[3],
+                })
+            }
+        }
+    }
+
+    /// Key/value head of query head `h`.
+    fn kv_head(d: &FlexDims, h: Expr) -> Expr {
+        let group = d.hq / d.hkv;
+        if group == 1 {
+            h
+        } else {
+            h.div(Expr::i(group as i64))
+        }
+    }
+
+    /// The scores `[B, H_q, L, S]` in the compute type.
+    fn scores(&self, cx: &mut LowerCx, d: &FlexDims) -> Src {
+        let cd = self.compute(d.dtype);
+        let scale = self.scale.map_or(1.0 / (d.e as f64).sqrt(), |s| s as f64);
+        // As the reference: sqrt(scale) in f32, applied to both operands in the input type.
+        let ss = Expr::c(d.dtype, (scale as f32).sqrt() as f64);
+        let v = Expr::var;
+        let q = Expr::load(Src::Arg(0), vec![v(0), v(1), v(2), Expr::rvar(0)]);
+        let k = Expr::load(
+            Src::Arg(1),
+            vec![v(0), Self::kv_head(d, v(1)), v(3), Expr::rvar(0)],
+        );
+        let fin = self.round(Expr::Acc.cast(cd), cd);
+        let ty = TensorType::new(cd, vec![d.b, d.hq, d.l, d.s]);
+        let fin = (fin != Expr::Acc).then_some(fin);
+        cx.reduce(
+            ty,
+            RedOp::Sum,
+            vec![d.e],
+            q.mul(ss.clone()).mul(k.mul(ss)),
+            fin,
+        )
+    }
+
+    /// Softmax of `x` (`[B, H_q, L, S]`, the compute type) over its last axis.
+    fn softmax(&self, cx: &mut LowerCx, d: &FlexDims, x: Src) -> Src {
+        let cd = self.compute(d.dtype);
+        let v = Expr::var;
+        let at = |s: Src| Expr::load(s, vec![v(0), v(1), v(2), v(3)]);
+        let at_r = |s: Src| Expr::load(s, vec![v(0), v(1), v(2), Expr::rvar(0)]);
+        let row = |s: Src| Expr::load(s, vec![v(0), v(1), v(2)]);
+        let row_ty = TensorType::new(cd, vec![d.b, d.hq, d.l]);
+        let ty = TensorType::new(cd, vec![d.b, d.hq, d.l, d.s]);
+        let mx = cx.reduce(row_ty.clone(), RedOp::Max, vec![d.s], at_r(x), None);
+        let ex = cx.stage(ty.clone(), at(x).sub(row(mx)).exp());
+        let sum = cx.reduce(row_ty, RedOp::Sum, vec![d.s], at_r(ex), None);
+        let p = self.round(at(ex).div(row(sum)), cd);
+        cx.stage(ty, p)
+    }
+
+    /// `probs @ V` (probabilities of the compute type, or input 0 for the `Values` part).
+    fn values(&self, cx: &mut LowerCx, d: &FlexDims, probs: Src, vals: Src) -> Src {
+        let cd = self.compute(d.dtype);
+        let v = Expr::var;
+        let mut p = Expr::load(probs, vec![v(0), v(1), v(2), Expr::rvar(0)]);
+        let pd = cx.dtype(probs);
+        if pd != cd {
+            p = p.cast(cd);
+        }
+        if self.part == FlexPart::Values {
+            p = self.round(p, cd);
+        }
+        let mut x = Expr::load(
+            vals,
+            vec![v(0), Self::kv_head(d, v(1)), Expr::rvar(0), v(3)],
+        );
+        if d.dtype != cd {
+            x = x.cast(cd);
+        }
+        let od = d.dtype;
+        let fin = (od != cd).then(|| Expr::Acc.cast(od));
+        let ty = TensorType::new(od, vec![d.b, d.hq, d.l, d.ev]);
+        cx.reduce(ty, RedOp::Sum, vec![d.s], p.mul(x), fin)
+    }
+}
+
+impl Operator for FlexAttention {
+    fn op_type(&self) -> &'static str {
+        "FlexAttention"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        let d = self.dims(cx)?;
+        Ok(vec![match self.part {
+            FlexPart::Scores => TensorType::new(self.compute(d.dtype), vec![d.b, d.hq, d.l, d.s]),
+            FlexPart::Whole | FlexPart::Values => {
+                TensorType::new(d.dtype, vec![d.b, d.hq, d.l, d.ev])
+            }
+        }])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let d = self.dims(&icx(cx))?;
+        Ok(vec![match self.part {
+            FlexPart::Scores => self.scores(cx, &d),
+            FlexPart::Values => self.values(cx, &d, Src::Arg(0), Src::Arg(1)),
+            FlexPart::Whole => {
+                let s = self.scores(cx, &d);
+                let p = self.softmax(cx, &d, s);
+                self.values(cx, &d, p, Src::Arg(2))
+            }
+        }])
+    }
+}
+
 /// The registry of this family.
 pub const OPS: &[(&str, Constructor)] = &[
     ("CausalConvWithState", causal_conv_ctor),
     ("LinearAttention", linear_attention_ctor),
+    ("ai.onnx.preview:FlexAttention", |cx| {
+        if cx.n_outputs != 1 {
+            return Err(OpError::expected("1 output", cx.n_outputs));
+        }
+        Ok(Arc::new(FlexAttention::new(FlexPart::Whole, cx.attrs)?))
+    }),
 ];
