@@ -587,7 +587,8 @@ pub enum FlexPart {
     Whole,
     /// `(Q, K) -> scores` (`[B, H_q, L, S]` in the softmax precision).
     Scores,
-    /// `(probs, V) -> Y`.
+    /// `(probs, V, Q) -> Y` (`Q` for its shape only: the modifiers' outputs must keep the
+    /// scores' shape).
     Values,
 }
 
@@ -666,7 +667,8 @@ impl FlexAttention {
     }
 
     fn dims(&self, cx: &InferCx) -> OpResult<FlexDims> {
-        check_arity(cx, if self.part == FlexPart::Whole { 3 } else { 2 }, 3)?;
+        let n = if self.part == FlexPart::Scores { 2 } else { 3 };
+        check_arity(cx, n, n)?;
         let floats = &[DType::F32, DType::F64];
         // The input type (the `Values` part's probabilities are of the compute type).
         let first = if self.part == FlexPart::Values {
@@ -723,12 +725,21 @@ impl FlexAttention {
             FlexPart::Values => {
                 let p = rank4(0, "probs (B, H_q, L, S)")?;
                 let v = rank4(1, "V (B, H_kv, S, E_v)")?;
-                let (b, hq, l, s) = (p[0], p[1], p[2], p[3]);
+                let q = rank4(2, "Q (B, H_q, L, E)")?;
+                let (b, hq, l, s) = (q[0], q[1], q[2], v[2]);
                 let hkv = v[1];
-                if v[0] != b || v[2] != s || hkv == 0 || hq % hkv != 0 {
+                if v[0] != b || hkv == 0 || hq % hkv != 0 {
                     return Err(OpError::expected(
-                        format!("V (input 1) of shape [{b}, H_kv, {s}, E_v], H_kv dividing {hq}"),
+                        format!("V (input 1) of shape [{b}, H_kv, S, E_v], H_kv dividing {hq}"),
                         format!("{v:?}"),
+                    ));
+                }
+                if p != [b, hq, l, s] {
+                    return Err(OpError::expected(
+                        format!(
+                            "probabilities (the modifiers' outputs) of shape [{b}, {hq}, {l}, {s}]"
+                        ),
+                        format!("{p:?}"),
                     ));
                 }
                 Ok(FlexDims {

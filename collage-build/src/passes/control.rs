@@ -4,11 +4,14 @@
 //! expanded functions that branch on a rank); an `If` with a run-time condition computes both
 //! branches and selects with `Where` (their outputs must have one type). A `Scan` is unrolled
 //! over its sequence length: per step a `Gather` of each scan input, a copy of the body, and at
-//! the end `Unsqueeze` + `Concat` of each scan output.
+//! the end `Unsqueeze` + `Concat` of each scan output. A `FlexAttention` with modifier graphs
+//! becomes its scores, the `score_mod` body, `Softmax`, the `prob_mod` body and the weighted sum
+//! of values ([`ops::seq::FlexPart`]).
 use crate::error::{OpError, Result};
 use crate::frontend::onnx::import_body;
 use crate::ir::control::ControlFlow;
 use crate::ir::{Graph, Node, Tensor, ValueId};
+use crate::ops::seq::{FlexAttention, FlexPart};
 use crate::ops::{self, Attr, Attrs, OpCx};
 
 /// Most nodes one `Scan` may unroll to (steps times body nodes).
@@ -19,6 +22,7 @@ pub fn expand(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>>
     match cf.op_type {
         "If" => expand_if(g, node, cf),
         "Scan" => expand_scan(g, node, cf),
+        "ai.onnx.preview:FlexAttention" => expand_flex(g, node, cf),
         other => Err(node.error(OpError::Unsupported(other.to_string()))),
     }
 }
@@ -257,5 +261,70 @@ fn expand_scan(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
             vec![node.outputs[n_state + k]],
         ));
     }
+    Ok(out)
+}
+
+fn expand_flex(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> {
+    let err = |e: OpError| node.error(e);
+    let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+    let (&[q, k, v], &[y]) = (inputs.as_slice(), node.outputs.as_slice()) else {
+        return Err(err(OpError::expected(
+            "3 inputs (Q, K, V) and 1 output",
+            format!("{} inputs, {} outputs", inputs.len(), node.outputs.len()),
+        )));
+    };
+    if let Some(other) = cf
+        .bodies
+        .keys()
+        .find(|n| !matches!(n.as_str(), "score_mod" | "prob_mod"))
+    {
+        return Err(err(OpError::Unsupported(format!(
+            "FlexAttention graph attribute `{other}`"
+        ))));
+    }
+    let part = |p: FlexPart| -> Result<std::sync::Arc<dyn ops::Operator>> {
+        Ok(std::sync::Arc::new(
+            FlexAttention::new(p, &cf.attrs).map_err(err)?,
+        ))
+    };
+    let mut out = Vec::new();
+    let scores = g.add_value(format!("{}/scores", node.name), None);
+    out.push(Node {
+        name: format!("{}/scores", node.name),
+        op: part(FlexPart::Scores)?,
+        inputs: vec![Some(q), Some(k)],
+        outputs: vec![scores],
+    });
+    // A modifier: its body applied to `x`.
+    let modify = |g: &mut Graph, out: &mut Vec<Node>, which: &str, x: ValueId| {
+        let Some(body) = cf.bodies.get(which) else {
+            return Ok(x);
+        };
+        let (nodes, outs) = import_body(body, g, &[x], cf, &format!("{}/{which}/", node.name))?;
+        let &[r] = outs.as_slice() else {
+            return Err(err(OpError::expected(
+                format!("{which} with 1 output"),
+                outs.len(),
+            )));
+        };
+        out.extend(nodes);
+        Ok(r)
+    };
+    let x = modify(g, &mut out, "score_mod", scores)?;
+    let probs = g.add_value(format!("{}/probs", node.name), None);
+    out.push(make(
+        format!("{}/softmax", node.name),
+        "Softmax",
+        vec![("axis", Attr::Int(-1))],
+        vec![x],
+        vec![probs],
+    ));
+    let p = modify(g, &mut out, "prob_mod", probs)?;
+    out.push(Node {
+        name: format!("{}/values", node.name),
+        op: part(FlexPart::Values)?,
+        inputs: vec![Some(p), Some(v), Some(q)],
+        outputs: vec![y],
+    });
     Ok(out)
 }
