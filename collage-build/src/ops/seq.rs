@@ -202,7 +202,7 @@ fn causal_conv_ctor(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
 // ---------------------------------------------------------------------------------------------
 
 /// Most time steps one `LinearAttention` unrolls to (each is three stages).
-const MAX_STEPS: usize = 8192;
+const MAX_STEPS: usize = 1024;
 
 /// `LinearAttention`'s recurrence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -872,3 +872,189 @@ pub const OPS: &[(&str, Constructor)] = &[
         Ok(Arc::new(FlexAttention::new(FlexPart::Whole, cx.attrs)?))
     }),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{lookup, Attr, Attrs};
+    use crate::te::eval_stages;
+    use crate::tensor::Tensor;
+
+    fn op(op_type: &str, attrs: &[(&str, Attr)], n_outputs: usize) -> OpResult<Arc<dyn Operator>> {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        lookup(op_type).expect("registered")(&OpCx {
+            attrs: &attrs,
+            opset: 27,
+            n_inputs: 6,
+            n_outputs,
+        })
+    }
+
+    fn ty(shape: &[usize]) -> Option<TensorType> {
+        Some(TensorType::new(DType::F32, shape))
+    }
+
+    fn infer(op: &dyn Operator, inputs: &[Option<TensorType>]) -> OpResult<Vec<TensorType>> {
+        let consts = vec![None; inputs.len()];
+        op.infer(&InferCx {
+            inputs,
+            consts: &consts,
+        })
+    }
+
+    /// Infers, lowers and interprets `op` on `args`: each output's shape and values.
+    fn run(op: &dyn Operator, args: &[Option<Tensor>]) -> Vec<(Vec<usize>, Vec<f64>)> {
+        let inputs: Vec<Option<TensorType>> = args
+            .iter()
+            .map(|a| a.as_ref().map(|t| t.ty.clone()))
+            .collect();
+        let consts = vec![None; inputs.len()];
+        let outs = infer(op, &inputs).expect("infers");
+        let mut cx = LowerCx {
+            inputs: &inputs,
+            consts: &consts,
+            outputs: &outs,
+            stages: vec![],
+            name: "n".into(),
+            direct: false,
+        };
+        let srcs = op.lower(&mut cx).expect("lowers");
+        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
+        eval_stages(&cx.stages, &refs, &srcs)
+            .into_iter()
+            .map(|t| (t.ty.shape.clone(), t.to_f64()))
+            .collect()
+    }
+
+    fn t(shape: &[usize], v: &[f64]) -> Option<Tensor> {
+        Some(Tensor::from_f64_as(DType::F32, shape, v))
+    }
+
+    /// An empty input leaves the past state as the present one.
+    #[test]
+    fn causal_conv_of_an_empty_input_keeps_the_state() {
+        let c = op("CausalConvWithState", &[], 2).unwrap();
+        let got = run(
+            &*c,
+            &[
+                t(&[1, 1, 0], &[]),
+                t(&[1, 1, 3], &[1.0, 2.0, 3.0]),
+                None,
+                t(&[1, 1, 2], &[5.0, 6.0]),
+            ],
+        );
+        assert_eq!(got[0], (vec![1, 1, 0], vec![]));
+        assert_eq!(got[1], (vec![1, 1, 2], vec![5.0, 6.0]));
+    }
+
+    #[test]
+    fn causal_conv_rejects_bad_geometry_and_attributes() {
+        let act = [("activation", Attr::Str("relu".into()))];
+        assert!(op("CausalConvWithState", &act, 2).is_err());
+        let c = op("CausalConvWithState", &[], 2).unwrap();
+        // An empty kernel, a weight for other channels, a past state of the wrong length.
+        assert!(infer(&*c, &[ty(&[1, 2, 4]), ty(&[2, 1, 0])]).is_err());
+        assert!(infer(&*c, &[ty(&[1, 2, 4]), ty(&[3, 1, 2])]).is_err());
+        assert!(infer(&*c, &[ty(&[1, 2, 4]), ty(&[2, 1, 3]), None, ty(&[1, 2, 3])]).is_err());
+        let ok = infer(
+            &*c,
+            &[ty(&[1, 2, 4]), ty(&[2, 1, 3]), ty(&[2]), ty(&[1, 2, 2])],
+        );
+        assert_eq!(ok.unwrap()[1].shape, vec![1, 2, 2]);
+    }
+
+    fn heads(rule: &str, q: i64, kv: i64) -> Vec<(&'static str, Attr)> {
+        vec![
+            ("update_rule", Attr::Str(rule.into())),
+            ("q_num_heads", Attr::Int(q)),
+            ("kv_num_heads", Attr::Int(kv)),
+        ]
+    }
+
+    #[test]
+    fn linear_attention_checks_heads_and_the_inputs_of_its_rule() {
+        assert!(op("LinearAttention", &heads("linear", 3, 2), 2).is_err());
+        assert!(op("LinearAttention", &heads("linear", 0, 1), 2).is_err());
+        assert!(op("LinearAttention", &heads("recurrent", 2, 1), 2).is_err());
+        let qkv = [ty(&[1, 3, 8]), ty(&[1, 3, 4]), ty(&[1, 3, 6])];
+        let with = |extra: &[Option<TensorType>]| {
+            let mut v = qkv.to_vec();
+            v.extend_from_slice(extra);
+            v
+        };
+        let linear = op("LinearAttention", &heads("linear", 2, 1), 2).unwrap();
+        let out = infer(&*linear, &with(&[])).unwrap();
+        assert_eq!(out[0].shape, vec![1, 3, 12]);
+        assert_eq!(out[1].shape, vec![1, 1, 4, 6]);
+        // 'linear' takes neither decay nor beta; 'gated_delta' needs both.
+        assert!(infer(&*linear, &with(&[None, ty(&[1, 3, 1])])).is_err());
+        let gd = op("LinearAttention", &heads("gated_delta", 2, 1), 2).unwrap();
+        assert!(infer(&*gd, &with(&[None, ty(&[1, 3, 4])])).is_err());
+        assert!(infer(&*gd, &with(&[None, ty(&[1, 3, 4]), ty(&[1, 3, 1])])).is_ok());
+        // A decay per head or per key dimension, nothing else; the past state's shape.
+        assert!(infer(&*gd, &with(&[None, ty(&[1, 3, 1]), ty(&[1, 3, 1])])).is_ok());
+        assert!(infer(&*gd, &with(&[None, ty(&[1, 3, 2]), ty(&[1, 3, 1])])).is_err());
+        let past = ty(&[1, 1, 6, 4]);
+        assert!(infer(&*gd, &with(&[past, ty(&[1, 3, 4]), ty(&[1, 3, 1])])).is_err());
+    }
+
+    /// No tokens: an empty output and the past state (or zeros) as the present one.
+    #[test]
+    fn linear_attention_without_tokens_passes_the_state_on() {
+        let la = op("LinearAttention", &heads("linear", 1, 1), 2).unwrap();
+        let e = t(&[1, 0, 2], &[]);
+        let past = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let got = run(&*la, &[e.clone(), e.clone(), e.clone(), past]);
+        assert_eq!(got[0], (vec![1, 0, 2], vec![]));
+        assert_eq!(got[1], (vec![1, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]));
+        let got = run(&*la, &[e.clone(), e.clone(), e]);
+        assert_eq!(got[1], (vec![1, 1, 2, 2], vec![0.0; 4]));
+    }
+
+    /// One step of 'delta' by hand: S = beta k (v - S0^T k)^T + S0, o = scale q^T S.
+    #[test]
+    fn linear_attention_delta_step() {
+        let mut a = heads("delta", 1, 1);
+        a.push(("scale", Attr::Float(0.5)));
+        let la = op("LinearAttention", &a, 2).unwrap();
+        let (q, k, v) = ([1.0, 2.0], [1.0, 0.0], [3.0, 4.0]);
+        let s0 = [1.0, 1.0, 0.0, 2.0];
+        let got = run(
+            &*la,
+            &[
+                t(&[1, 1, 2], &q),
+                t(&[1, 1, 2], &k),
+                t(&[1, 1, 2], &v),
+                t(&[1, 1, 2, 2], &s0),
+                None,
+                t(&[1, 1, 1], &[0.5]),
+            ],
+        );
+        // S0^T k = [1, 1]; written = 0.5 * ([3, 4] - [1, 1]) = [1, 1.5]; S = S0 + k written^T.
+        let s = [2.0, 2.5, 0.0, 2.0];
+        assert_eq!(got[1].1, s);
+        let o = [
+            0.5 * (q[0] * s[0] + q[1] * s[2]),
+            0.5 * (q[0] * s[1] + q[1] * s[3]),
+        ];
+        assert_eq!(got[0].1, o);
+    }
+
+    /// A `score_mod` / `prob_mod` body that changes the scores' shape is an error.
+    #[test]
+    fn flex_attention_values_check_the_modified_shape() {
+        let values = FlexAttention::new(FlexPart::Values, &Attrs::default()).unwrap();
+        let q = ty(&[1, 2, 3, 4]);
+        let v = ty(&[1, 1, 5, 6]);
+        let out = infer(&values, &[ty(&[1, 2, 3, 5]), v.clone(), q.clone()]).unwrap();
+        assert_eq!(out[0].shape, vec![1, 2, 3, 6]);
+        assert!(infer(&values, &[ty(&[1, 2, 1, 5]), v, q]).is_err());
+        let bad = [("softmax_precision", Attr::Int(6))];
+        assert!(op("ai.onnx.preview:FlexAttention", &bad, 1).is_err());
+    }
+}
