@@ -1,13 +1,16 @@
-//! Operators of the `seq` family, for sequence models: `CausalConvWithState` (opset 27) and
-//! `LinearAttention` (opset 27).
+//! Operators of the `seq` family, for sequence models: `CausalConvWithState` (opset 27),
+//! `LinearAttention` (opset 27) and `ai.onnx.preview:FlexAttention` (version 1).
 //!
-//! Both carry a recurrent state between calls (a convolution's last `k - 1` inputs, a linear
-//! attention's `d_k x d_v` matrix per head). Lengths are static, so `LinearAttention`'s recurrence
-//! over the sequence is unrolled in the lowering: one group of stages per time step, each reading
-//! the previous step's state.
+//! The first two carry a recurrent state between calls (a convolution's last `k - 1` inputs, a
+//! linear attention's `d_k x d_v` matrix per head). Lengths are static, so `LinearAttention`'s
+//! recurrence over the sequence is unrolled in the lowering: one group of stages per token, each
+//! reading the previous token's state. `FlexAttention`'s modifier graphs (`score_mod`,
+//! `prob_mod`) are bodies the frontend keeps encoded: inference expands such a node
+//! (`passes/control.rs`) into this module's parts of it ([`FlexPart`]) around the imported bodies
+//! and a `Softmax`; a node without them is one operator.
 //!
 //! Their float16 / bfloat16 forms are computed on f32 (`passes/infer.rs` widens the inputs and
-//! narrows the outputs), so the operators see f32 only.
+//! narrows the outputs), so the operators see f32 (`FlexAttention` also f64) only.
 use std::sync::Arc;
 
 use super::{
@@ -201,7 +204,8 @@ fn causal_conv_ctor(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
 // LinearAttention
 // ---------------------------------------------------------------------------------------------
 
-/// Most time steps one `LinearAttention` unrolls to (each is three stages).
+/// Most tokens one `LinearAttention` unrolls (each is up to three stages; 1024 tokens of 4 heads
+/// of 16 x 16 are 18 MB of C).
 const MAX_STEPS: usize = 1024;
 
 /// `LinearAttention`'s recurrence.

@@ -288,14 +288,35 @@ fn expand_flex(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
         ))
     };
     let mut out = Vec::new();
-    let scores = g.add_value(format!("{}/scores", node.name), None);
+    // The scores are declared in the softmax precision (f32 for 16-bit inputs), so that the
+    // 16-bit handling of inference does not round them, nor what the modifiers and the softmax
+    // make of them, to the inputs' type.
+    let scores_op = part(FlexPart::Scores)?;
+    let wide = |v: ValueId| {
+        g.value(v).ty.clone().map(|mut t| {
+            if t.dtype.is_narrow_float() {
+                t.dtype = crate::ir::DType::F32;
+            }
+            t
+        })
+    };
+    let scores_ty = scores_op
+        .infer(&ops::InferCx {
+            inputs: &[wide(q), wide(k)],
+            consts: &[None, None],
+        })
+        .ok()
+        .and_then(|t| t.into_iter().next());
+    let compute = scores_ty.as_ref().map(|t| t.dtype);
+    let scores = g.add_value(format!("{}/scores", node.name), scores_ty);
     out.push(Node {
         name: format!("{}/scores", node.name),
-        op: part(FlexPart::Scores)?,
+        op: scores_op,
         inputs: vec![Some(q), Some(k)],
         outputs: vec![scores],
     });
-    // A modifier: its body applied to `x`.
+    // A modifier: its body applied to `x`, its result converted to the softmax precision (as
+    // the reference does; a body of 16-bit types computes in them).
     let modify = |g: &mut Graph, out: &mut Vec<Node>, which: &str, x: ValueId| {
         let Some(body) = cf.bodies.get(which) else {
             return Ok(x);
@@ -308,7 +329,16 @@ fn expand_flex(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
             )));
         };
         out.extend(nodes);
-        Ok(r)
+        let Some(d) = compute else { return Ok(r) };
+        let c = g.add_value(format!("{}/{which}/cast", node.name), None);
+        out.push(make(
+            format!("{}/{which}/cast", node.name),
+            "Cast",
+            vec![("to", Attr::Int(d.onnx_code() as i64))],
+            vec![r],
+            vec![c],
+        ));
+        Ok(c)
     };
     let x = modify(g, &mut out, "score_mod", scores)?;
     let probs = g.add_value(format!("{}/probs", node.name), None);
