@@ -782,7 +782,12 @@ impl FlexAttention {
             Src::Arg(1),
             vec![v(0), Self::kv_head(d, v(1)), v(3), Expr::rvar(0)],
         );
-        let fin = self.round(Expr::Acc.cast(cd), cd);
+        let acc = if cd == d.dtype {
+            Expr::Acc
+        } else {
+            Expr::Acc.cast(cd)
+        };
+        let fin = self.round(acc, cd);
         let ty = TensorType::new(cd, vec![d.b, d.hq, d.l, d.s]);
         let fin = (fin != Expr::Acc).then_some(fin);
         cx.reduce(
