@@ -2,7 +2,8 @@
 //! lowering: shape inference (`passes/infer.rs`) expands them in place — an `If` whose condition
 //! is known at build time becomes its branch, one known only at run time both branches and a
 //! `Where`; a `Scan` is unrolled over its (static) sequence length, a `Loop` over its build-time
-//! trip count and conditions.
+//! trip count and conditions. `ai.onnx.preview:FlexAttention` with modifier graphs is imported
+//! so too, and expanded into its parts around the bodies.
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -15,11 +16,12 @@ use crate::tensor::TensorType;
 /// An `If`, `Loop` or `Scan` node's operator: its attributes and its bodies, each an encoded ONNX
 /// `GraphProto` (the frontend imports a body when inference expands the node).
 pub struct ControlFlow {
-    /// `"If"`, `"Loop"` or `"Scan"`.
+    /// `"If"`, `"Loop"`, `"Scan"` or `"ai.onnx.preview:FlexAttention"`.
     pub op_type: &'static str,
     /// The non-graph attributes.
     pub attrs: Attrs,
-    /// The graph attributes by name (`then_branch`, `else_branch`, `body`), encoded.
+    /// The graph attributes by name (`then_branch`, `else_branch`, `body`, `score_mod`,
+    /// `prob_mod`), encoded.
     pub bodies: BTreeMap<String, Arc<Vec<u8>>>,
     /// The opset of the default domain, for the bodies' operators.
     pub opset: i64,

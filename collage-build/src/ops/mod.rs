@@ -22,6 +22,7 @@ pub mod nn;
 pub mod quant;
 pub mod reduce;
 pub mod rnn;
+pub mod seq;
 pub mod shape;
 pub mod signal;
 pub mod text;
@@ -281,6 +282,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     loss::OPS,
     training::OPS,
     rnn::OPS,
+    seq::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`

@@ -9,11 +9,14 @@
 //! time: each step imports a copy of the body and leaves a continuation (the same `Loop`, one
 //! iteration on) to be expanded after the step's nodes are inferred, so that the condition the
 //! body computes is known (folded) before the next step is taken; its trip count and condition
-//! must be build-time constants.
+//! must be build-time constants. A `FlexAttention` with modifier graphs becomes its scores, the
+//! `score_mod` body, `Softmax`, the `prob_mod` body and the weighted sum of values
+//! ([`ops::seq::FlexPart`]).
 use crate::error::{OpError, Result};
 use crate::frontend::onnx::import_body;
 use crate::ir::control::ControlFlow;
 use crate::ir::{Graph, Node, Tensor, ValueId};
+use crate::ops::seq::{FlexAttention, FlexPart};
 use crate::ops::{self, Attr, Attrs, OpCx};
 
 /// Most nodes one `Scan` may unroll to (steps times body nodes).
@@ -37,6 +40,7 @@ pub fn expand(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>>
         "If" => expand_if(g, node, cf),
         "Scan" => expand_scan(g, node, cf),
         "Loop" => expand_loop(g, node, cf),
+        "ai.onnx.preview:FlexAttention" => expand_flex(g, node, cf),
         other => Err(node.error(OpError::Unsupported(other.to_string()))),
     }
 }
@@ -569,5 +573,99 @@ fn expand_scan8(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node
             vec![node.outputs[k]],
         ));
     }
+    Ok(out)
+}
+fn expand_flex(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>> {
+    let err = |e: OpError| node.error(e);
+    let inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+    let (&[q, k, v], &[y]) = (inputs.as_slice(), node.outputs.as_slice()) else {
+        return Err(err(OpError::expected(
+            "3 inputs (Q, K, V) and 1 output",
+            format!("{} inputs, {} outputs", inputs.len(), node.outputs.len()),
+        )));
+    };
+    if let Some(other) = cf
+        .bodies
+        .keys()
+        .find(|n| !matches!(n.as_str(), "score_mod" | "prob_mod"))
+    {
+        return Err(err(OpError::Unsupported(format!(
+            "FlexAttention graph attribute `{other}`"
+        ))));
+    }
+    let part = |p: FlexPart| -> Result<std::sync::Arc<dyn ops::Operator>> {
+        Ok(std::sync::Arc::new(
+            FlexAttention::new(p, &cf.attrs).map_err(err)?,
+        ))
+    };
+    let mut out = Vec::new();
+    // The scores are declared in the softmax precision (f32 for 16-bit inputs), so that the
+    // 16-bit handling of inference does not round them, nor what the modifiers and the softmax
+    // make of them, to the inputs' type.
+    let scores_op = part(FlexPart::Scores)?;
+    let wide = |v: ValueId| {
+        g.value(v).ty.clone().map(|mut t| {
+            if t.dtype.is_narrow_float() {
+                t.dtype = crate::ir::DType::F32;
+            }
+            t
+        })
+    };
+    let scores_ty = scores_op
+        .infer(&ops::InferCx {
+            inputs: &[wide(q), wide(k)],
+            consts: &[None, None],
+        })
+        .ok()
+        .and_then(|t| t.into_iter().next());
+    let compute = scores_ty.as_ref().map(|t| t.dtype);
+    let scores = g.add_value(format!("{}/scores", node.name), scores_ty);
+    out.push(Node {
+        name: format!("{}/scores", node.name),
+        op: scores_op,
+        inputs: vec![Some(q), Some(k)],
+        outputs: vec![scores],
+    });
+    // A modifier: its body applied to `x`, its result converted to the softmax precision (as
+    // the reference does; a body of 16-bit types computes in them).
+    let modify = |g: &mut Graph, out: &mut Vec<Node>, which: &str, x: ValueId| {
+        let Some(body) = cf.bodies.get(which) else {
+            return Ok(x);
+        };
+        let (nodes, outs) = import_body(body, g, &[x], cf, &format!("{}/{which}/", node.name))?;
+        let &[r] = outs.as_slice() else {
+            return Err(err(OpError::expected(
+                format!("{which} with 1 output"),
+                outs.len(),
+            )));
+        };
+        out.extend(nodes);
+        let Some(d) = compute else { return Ok(r) };
+        let c = g.add_value(format!("{}/{which}/cast", node.name), None);
+        out.push(make(
+            format!("{}/{which}/cast", node.name),
+            "Cast",
+            vec![("to", Attr::Int(d.onnx_code() as i64))],
+            vec![r],
+            vec![c],
+        ));
+        Ok(c)
+    };
+    let x = modify(g, &mut out, "score_mod", scores)?;
+    let probs = g.add_value(format!("{}/probs", node.name), None);
+    out.push(make(
+        format!("{}/softmax", node.name),
+        "Softmax",
+        vec![("axis", Attr::Int(-1))],
+        vec![x],
+        vec![probs],
+    ));
+    let p = modify(g, &mut out, "prob_mod", probs)?;
+    out.push(Node {
+        name: format!("{}/values", node.name),
+        op: part(FlexPart::Values)?,
+        inputs: vec![Some(p), Some(v), Some(q)],
+        outputs: vec![y],
+    });
     Ok(out)
 }

@@ -93,8 +93,9 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
     Ok(g)
 }
 
-/// Operators with graph attributes that inference expands ([`crate::ir::control`]).
-const CONTROL_FLOW: &[&str] = &["If", "Loop", "Scan"];
+/// Operators with graph attributes that inference expands ([`crate::ir::control`]), by registry
+/// key; a registered one (`FlexAttention`) only when it has graph attributes.
+const CONTROL_FLOW: &[&str] = &["If", "Loop", "Scan", "ai.onnx.preview:FlexAttention"];
 
 /// Where nodes are imported: the opset, the folder of external data, and the prefix of the names
 /// of nodes and values (a body's, so that its copies stay apart).
@@ -128,18 +129,23 @@ fn import_nodes(
             node_name = format!("{node_name}_{}", *count - 1);
         }
         let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
-        let control = default_domain && CONTROL_FLOW.contains(&node.op_type.as_str());
         // Operators of other domains are registered as `domain:op_type`
         // (`ai.onnx.preview.training:Adam`).
-        let ctor = if default_domain {
-            // (a `:` in a default-domain op type names no operator)
-            (!node.op_type.contains(':'))
-                .then(|| ops::lookup(&node.op_type))
-                .flatten()
+        let key = if default_domain {
+            node.op_type.clone()
         } else {
-            ops::lookup(&format!("{}:{}", node.domain, node.op_type))
+            format!("{}:{}", node.domain, node.op_type)
         };
-        if ctor.is_none() && !control {
+        // (a `:` in a default-domain op type names no operator)
+        let named = !(default_domain && node.op_type.contains(':'));
+        let ctor = named.then(|| ops::lookup(&key)).flatten();
+        let has_graph = node.attribute.iter().any(|a| a.g.is_some());
+        let control = CONTROL_FLOW
+            .iter()
+            .find(|c| named && **c == key)
+            .copied()
+            .filter(|_| ctor.is_none() || has_graph);
+        if ctor.is_none() && control.is_none() {
             let op = if node.domain.is_empty() {
                 node.op_type.clone()
             } else {
@@ -157,20 +163,17 @@ fn import_nodes(
             op: node.op_type.clone(),
             error,
         };
-        let (attrs, bodies) = attrs(node, scope.base, control).map_err(node_err)?;
-        let op: Arc<dyn ops::Operator> = match ctor {
-            Some(ctor) => ctor(&OpCx {
+        let (attrs, bodies) = attrs(node, scope.base, control.is_some()).map_err(node_err)?;
+        let op: Arc<dyn ops::Operator> = match (control, ctor) {
+            (None, Some(ctor)) => ctor(&OpCx {
                 attrs: &attrs,
                 opset: scope.opset,
                 n_inputs: node.input.len(),
                 n_outputs: node.output.len(),
             })
             .map_err(node_err)?,
-            None => Arc::new(ControlFlow {
-                op_type: CONTROL_FLOW
-                    .iter()
-                    .find(|c| **c == node.op_type)
-                    .expect("a control-flow op"),
+            (control, _) => Arc::new(ControlFlow {
+                op_type: control.expect("a control-flow op (checked above)"),
                 attrs,
                 bodies,
                 opset: scope.opset,
