@@ -245,7 +245,10 @@ fn one_node(
     consts: Vec<proto::TensorProto>,
     attrs: Vec<proto::AttributeProto>,
 ) -> Vec<u8> {
+    // `domain:op_type` names an operator of another domain (the registry's spelling).
+    let (domain, op) = op.rsplit_once(':').unwrap_or(("", op));
     let mut n = node(op, "n", inputs, &["y"]);
+    n.domain = domain.into();
     n.attribute = attrs;
     proto::ModelProto {
         ir_version: 10,
