@@ -13,6 +13,7 @@ use crate::tensor::{DType, Tensor, TensorType};
 mod attrs;
 pub mod elementwise;
 pub mod extra;
+pub mod image;
 pub mod index;
 pub mod matmul;
 pub mod misc;
@@ -267,6 +268,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     shape::OPS,
     misc::OPS,
     extra::OPS,
+    image::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
