@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use super::{
-    check_arity as arity, check_dtype, shape_numel, Constructor, InferCx, LowerCx, OpCx,
-    OpResult, Operator, FLOATS, NUMERIC,
+    check_arity as arity, check_dtype, dim_from_i64, shape_numel, Constructor, InferCx, LowerCx,
+    OpCx, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
-use crate::te::{Expr, Src};
+use crate::te::{Expr, RedOp, Src};
 use crate::tensor::{DType, TensorType};
 
 /// The output index variables `Var(0..n)`.
@@ -184,10 +184,7 @@ impl GridSample {
                     .clone()
                     .lt(Expr::c(f, lo))
                     .or(x.clone().gt(Expr::c(f, hi)));
-                let clamped = x
-                    .clone()
-                    .max(Expr::c(f, 0.0))
-                    .min(Expr::c(f, nf - 1.0));
+                let clamped = x.clone().max(Expr::c(f, 0.0)).min(Expr::c(f, nf - 1.0));
                 Expr::select(outside, clamped, x)
             }
             Padding::Reflection => reflect(x, lo, hi, f),
@@ -326,9 +323,7 @@ impl Operator for GridSample {
             } else {
                 at.clone().floor()
             };
-            let p = base
-                .clone()
-                .add(tap_var.clone().add(Expr::i(off)).cast(f));
+            let p = base.clone().add(tap_var.clone().add(Expr::i(off)).cast(f));
             let ity = TensorType::new(DType::I64, tap_shape.clone());
             index.push(cx.materialized_stage(ity, self.tap_index(p, n, f)));
             if self.mode != Interp::Nearest {
@@ -429,5 +424,439 @@ fn grid_sample(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
     }))
 }
 
+// ---------------------------------------------------------------------------------------------
+// Shared attribute helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A per-dimension attribute list of length `r` (default `dflt` when absent or empty), every
+/// value in `[min, 2^48]`.
+fn dims_attr(
+    v: &Option<Vec<i64>>,
+    r: usize,
+    dflt: i64,
+    min: i64,
+    what: &str,
+) -> OpResult<Vec<i64>> {
+    match v {
+        None => Ok(vec![dflt; r]),
+        Some(v) if v.is_empty() => Ok(vec![dflt; r]),
+        Some(v) => {
+            if v.len() != r || v.iter().any(|&x| x < min || x > MAX_DIM as i64) {
+                return Err(OpError::expected(
+                    format!("{what}: {r} values in [{min}, 2^48]"),
+                    format!("{v:?}"),
+                ));
+            }
+            Ok(v.clone())
+        }
+    }
+}
+
+/// A constant 1-D int64 input `i` (`what` names it) of `len` elements (any length when `None`).
+fn const_list(
+    cx: &InferCx,
+    i: usize,
+    what: &'static str,
+    len: Option<usize>,
+) -> OpResult<Vec<i64>> {
+    check_dtype(cx, i, &[DType::I64])?;
+    let t = cx.input(i)?;
+    if t.rank() != 1 || len.is_some_and(|n| t.shape[0] != n) {
+        let want = match len {
+            Some(n) => format!("{what} of shape [{n}]"),
+            None => format!("{what} of rank 1"),
+        };
+        return Err(OpError::expected(want, t));
+    }
+    Ok(cx.konst(i, what)?.to_i64())
+}
+
+/// An [`InferCx`] over a lowering context's inputs, to recompute what constant inputs decide.
+fn icx<'a>(cx: &'a LowerCx) -> InferCx<'a> {
+    InferCx {
+        inputs: cx.inputs,
+        consts: cx.consts,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AffineGrid
+// ---------------------------------------------------------------------------------------------
+
+/// `AffineGrid`: the normalised positions of an `(H, W)` or `(D, H, W)` image (constant input
+/// `size`) transformed by each batch entry's affine matrix `theta` (`(N, 2, 3)` or `(N, 3, 4)`).
+/// Computed in f64.
+#[derive(Debug)]
+struct AffineGrid {
+    align_corners: bool,
+}
+
+impl AffineGrid {
+    /// The spatial sizes (from constant input `size`).
+    fn spatial(&self, cx: &InferCx) -> OpResult<Vec<usize>> {
+        let theta = cx.input(0)?;
+        let size = const_list(cx, 1, "AffineGrid's size", None)?;
+        let r = size.len().saturating_sub(2);
+        if !(2..=3).contains(&r) || theta.shape != [theta.shape[0], r, r + 1] {
+            return Err(OpError::expected(
+                "theta (N, 2, 3) with size of 4 values, or (N, 3, 4) with 5",
+                format!("{theta} and {size:?}"),
+            ));
+        }
+        if size[0] != theta.shape[0] as i64 {
+            return Err(OpError::expected(
+                format!("size[0] equal to theta's batch ({})", theta.shape[0]),
+                size[0],
+            ));
+        }
+        dim_from_i64(size[1], "AffineGrid's size[1]")?;
+        size[2..]
+            .iter()
+            .map(|&v| dim_from_i64(v, "AffineGrid's spatial sizes"))
+            .collect()
+    }
+}
+
+impl Operator for AffineGrid {
+    fn op_type(&self) -> &'static str {
+        "AffineGrid"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 2, 2)?;
+        let d = check_dtype(cx, 0, FLOATS)?;
+        let sp = self.spatial(cx)?;
+        let mut shape = vec![cx.input(0)?.shape[0]];
+        shape.extend_from_slice(&sp);
+        shape.push(sp.len());
+        Ok(vec![TensorType::new(d, shape)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let sp = self.spatial(&icx(cx))?;
+        let out = cx.output(0).clone();
+        let r = sp.len();
+        let f = DType::F64;
+        // Output (n, s_1..s_r, j): sum_k theta[n, j, k] * p_k + theta[n, j, r], where p_0 is the
+        // position along the innermost dimension.
+        let mut acc = Expr::load(
+            Src::Arg(0),
+            vec![Expr::var(0), Expr::var(r + 1), Expr::i(r as i64)],
+        )
+        .cast(f);
+        for k in 0..r {
+            let a = r - k; // the output variable of the dimension p_k runs along
+            let n = sp[a - 1] as f64;
+            let (start, step) = if self.align_corners {
+                (-1.0, if n > 1.0 { 2.0 / (n - 1.0) } else { 0.0 })
+            } else {
+                (-1.0 + 1.0 / n, 2.0 / n)
+            };
+            let p = Expr::c(f, start).add(Expr::var(a).cast(f).mul(Expr::c(f, step)));
+            let t = Expr::load(
+                Src::Arg(0),
+                vec![Expr::var(0), Expr::var(r + 1), Expr::i(k as i64)],
+            )
+            .cast(f);
+            acc = t.mul(p).add(acc);
+        }
+        let d = out.dtype;
+        Ok(vec![cx.stage(out, acc.cast(d))])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Col2Im
+// ---------------------------------------------------------------------------------------------
+
+/// `Col2Im`: column blocks `(N, C * prod(block), L)` summed back into an image `(N, C, dims..)`
+/// (constant inputs `image_shape` and `block_shape`); each image element reduces over the block
+/// positions whose column lands on it.
+#[derive(Debug)]
+struct Col2Im {
+    strides: Option<Vec<i64>>,
+    dilations: Option<Vec<i64>>,
+    pads: Option<Vec<i64>>,
+}
+
+/// Col2Im's resolved geometry.
+struct Col2ImGeom {
+    image: Vec<usize>,
+    block: Vec<usize>,
+    strides: Vec<i64>,
+    dilations: Vec<i64>,
+    pads: Vec<i64>,
+    /// Blocks along each dimension.
+    blocks: Vec<usize>,
+    /// Channels.
+    c: usize,
+}
+
+impl Col2Im {
+    fn geom(&self, cx: &InferCx) -> OpResult<Col2ImGeom> {
+        let x = cx.input(0)?;
+        let image = const_list(cx, 1, "Col2Im's image_shape", None)?;
+        let r = image.len();
+        let block = const_list(cx, 2, "Col2Im's block_shape", Some(r))?;
+        if r == 0 || x.rank() != 3 {
+            return Err(OpError::expected(
+                "input (N, C * prod(block_shape), L) and a non-empty image_shape",
+                format!("{x} and {image:?}"),
+            ));
+        }
+        let pos = |v: &[i64], what: &str| -> OpResult<Vec<usize>> {
+            v.iter()
+                .map(|&d| match dim_from_i64(d, what)? {
+                    0 => Err(OpError::expected(format!("{what} >= 1"), d)),
+                    d => Ok(d),
+                })
+                .collect()
+        };
+        let image = pos(&image, "Col2Im's image_shape")?;
+        let block = pos(&block, "Col2Im's block_shape")?;
+        let strides = dims_attr(&self.strides, r, 1, 1, "strides")?;
+        let dilations = dims_attr(&self.dilations, r, 1, 1, "dilations")?;
+        let pads = dims_attr(&self.pads, 2 * r, 0, 0, "pads")?;
+        let mut blocks = Vec::with_capacity(r);
+        for i in 0..r {
+            // Every term is at most 2^48: no overflow in i128.
+            let span = dilations[i] as i128 * (block[i] as i128 - 1) + 1;
+            let room = image[i] as i128 + pads[i] as i128 + pads[r + i] as i128 - span;
+            if room < 0 {
+                return Err(OpError::expected(
+                    format!(
+                        "a block (extent {span}) that fits the padded image along dimension {i}"
+                    ),
+                    format!("image {image:?}, pads {pads:?}"),
+                ));
+            }
+            blocks.push((room / strides[i] as i128 + 1) as usize);
+        }
+        let k = shape_numel(&block, "Col2Im's block size")?;
+        let l = shape_numel(&blocks, "Col2Im's block count")?;
+        if x.shape[1] % k != 0 || x.shape[2] != l {
+            return Err(OpError::expected(
+                format!("input (N, C * {k}, {l}) for blocks {blocks:?} of {block:?}"),
+                x,
+            ));
+        }
+        Ok(Col2ImGeom {
+            c: x.shape[1] / k,
+            image,
+            block,
+            strides,
+            dilations,
+            pads,
+            blocks,
+        })
+    }
+}
+
+impl Operator for Col2Im {
+    fn op_type(&self) -> &'static str {
+        "Col2Im"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 3, 3)?;
+        let d = check_dtype(cx, 0, NUMERIC)?;
+        let g = self.geom(cx)?;
+        let mut shape = vec![cx.input(0)?.shape[0], g.c];
+        shape.extend_from_slice(&g.image);
+        Ok(vec![TensorType::new(d, shape)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let g = self.geom(&icx(cx))?;
+        let out = cx.output(0).clone();
+        let d = out.dtype;
+        if out.numel() == 0 {
+            return Ok(vec![cx.stage(out, zero(d))]);
+        }
+        let r = g.image.len();
+        // Image position p lands in the column of block b at kernel offset k when
+        // p + pad_begin - k * dilation = b * stride.
+        let mut conds = Vec::new();
+        let mut b = Vec::with_capacity(r);
+        for i in 0..r {
+            let t = Expr::var(2 + i)
+                .add(Expr::i(g.pads[i]))
+                .sub(Expr::rvar(i).mul(Expr::i(g.dilations[i])));
+            let s = g.strides[i];
+            let nb = g.blocks[i] as i64;
+            conds.push(t.clone().ge(Expr::i(0)));
+            if s != 1 {
+                conds.push(t.clone().fmod(Expr::i(s)).eq(Expr::i(0)));
+            }
+            let q = t.div(Expr::i(s));
+            conds.push(q.clone().lt(Expr::i(nb)));
+            b.push(q.max(Expr::i(0)).min(Expr::i(nb - 1)));
+        }
+        let rv: Vec<Expr> = (0..r).map(Expr::rvar).collect();
+        let k = shape_numel(&g.block, "Col2Im's block size")? as i64;
+        let ch = Expr::var(1)
+            .mul(Expr::i(k))
+            .add(Expr::flatten(&rv, &g.block));
+        let col = Expr::flatten(&b, &g.blocks);
+        let v = Expr::load(Src::Arg(0), vec![Expr::var(0), ch, col]);
+        let body = Expr::select(all(conds).expect("conditions"), v, zero(d));
+        Ok(vec![cx.reduce(
+            out,
+            RedOp::Sum,
+            g.block.clone(),
+            body,
+            None,
+        )])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MaxUnpool
+// ---------------------------------------------------------------------------------------------
+
+/// `MaxUnpool`: each element of `X` written at its flat index `I` into a zero tensor of the
+/// unpooled shape `(N, C, (in - 1) * stride - pads + kernel ..)` (the last write wins); with
+/// `output_shape` (a constant, at least that shape in every dimension) that tensor is placed at
+/// the origin of a zero tensor of `output_shape`, as ONNX's reference does. Indices outside the
+/// unpooled tensor write nothing. Each output element searches every element of `I` (a run-time
+/// scatter), so the work is the product of the two sizes.
+#[derive(Debug)]
+struct MaxUnpool {
+    kernel: Option<Vec<i64>>,
+    strides: Option<Vec<i64>>,
+    pads: Option<Vec<i64>>,
+}
+
+impl MaxUnpool {
+    /// The unpooled shape and the output shape.
+    fn shapes(&self, cx: &InferCx) -> OpResult<(Vec<usize>, Vec<usize>)> {
+        let x = cx.input(0)?;
+        let i = cx.input(1)?;
+        if x.rank() < 3 || i.shape != x.shape {
+            return Err(OpError::expected(
+                format!("X of rank >= 3 and indices of its shape ({x})"),
+                i,
+            ));
+        }
+        let r = x.rank() - 2;
+        let kernel = match &self.kernel {
+            Some(k) if !k.is_empty() => dims_attr(&self.kernel, r, 1, 1, "kernel_shape")?,
+            _ => return Err(OpError::expected("a kernel_shape attribute", "none")),
+        };
+        let strides = dims_attr(&self.strides, r, 1, 1, "strides")?;
+        let pads = dims_attr(&self.pads, 2 * r, 0, 0, "pads")?;
+        let mut unpooled = x.shape[..2].to_vec();
+        for j in 0..r {
+            let n = x.shape[2 + j] as i128;
+            let v = (n - 1).max(0) * strides[j] as i128 - (pads[j] + pads[r + j]) as i128
+                + kernel[j] as i128;
+            let v = if n == 0 { 0 } else { v };
+            if v < 0 || v > MAX_DIM as i128 {
+                return Err(OpError::expected(
+                    format!("an unpooled size in [0, 2^48] along dimension {j}"),
+                    v,
+                ));
+            }
+            unpooled.push(v as usize);
+        }
+        shape_numel(&unpooled, "MaxUnpool's unpooled size")?;
+        let out = if cx.has(2) {
+            let s = const_list(cx, 2, "MaxUnpool's output_shape", Some(x.rank()))?;
+            let s: Vec<usize> = s
+                .iter()
+                .map(|&v| dim_from_i64(v, "MaxUnpool's output_shape"))
+                .collect::<OpResult<_>>()?;
+            if s.iter().zip(&unpooled).any(|(o, u)| o < u) {
+                return Err(OpError::expected(
+                    format!("output_shape at least the unpooled shape {unpooled:?}"),
+                    format!("{s:?}"),
+                ));
+            }
+            s
+        } else {
+            unpooled.clone()
+        };
+        Ok((unpooled, out))
+    }
+}
+
+impl Operator for MaxUnpool {
+    fn op_type(&self) -> &'static str {
+        "MaxUnpool"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 2, 3)?;
+        let d = check_dtype(cx, 0, FLOATS)?;
+        check_dtype(cx, 1, &[DType::I64])?;
+        let (_, out) = self.shapes(cx)?;
+        Ok(vec![TensorType::new(d, out)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let (unpooled, _) = self.shapes(&icx(cx))?;
+        let x = cx.input(0).clone();
+        let out = cx.output(0).clone();
+        let d = out.dtype;
+        if out.numel() == 0 || x.numel() == 0 || unpooled.contains(&0) {
+            return Ok(vec![cx.stage(out, zero(d))]);
+        }
+        let rank = x.rank();
+        // The last element of X whose index is the unpooled position's flat offset (-1: none).
+        let uv = vars(rank);
+        let flat = Expr::flatten(&uv, &unpooled);
+        let rv: Vec<Expr> = (0..rank).map(Expr::rvar).collect();
+        let hit = Expr::load(Src::Arg(1), rv.clone()).eq(flat);
+        let body = Expr::select(hit, Expr::flatten(&rv, &x.shape), Expr::i(-1));
+        let ity = TensorType::new(DType::I64, unpooled.clone());
+        let last = cx.reduce(ity, RedOp::Max, x.shape.clone(), body, None);
+        // The output: the unpooled tensor at the origin, zeros elsewhere.
+        let inside = all((0..rank)
+            .filter(|&k| out.shape[k] > unpooled[k])
+            .map(|k| Expr::var(k).lt(Expr::i(unpooled[k] as i64)))
+            .collect());
+        let at: Vec<Expr> = (0..rank)
+            .map(|k| Expr::var(k).min(Expr::i(unpooled[k] as i64 - 1)))
+            .collect();
+        let l = Expr::load(last, at);
+        let n = x.numel() as i64;
+        let v = Expr::load_flat(Src::Arg(0), l.clone().max(Expr::i(0)).min(Expr::i(n - 1)));
+        let found = l.ge(Expr::i(0));
+        let cond = match inside {
+            None => found,
+            Some(c) => c.and(found),
+        };
+        Ok(vec![cx.stage(out, Expr::select(cond, v, zero(d)))])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+// ---------------------------------------------------------------------------------------------
+
 /// The registry of this family.
-pub const OPS: &[(&str, Constructor)] = &[("GridSample", grid_sample)];
+pub const OPS: &[(&str, Constructor)] = &[
+    ("GridSample", grid_sample),
+    ("AffineGrid", |cx| {
+        let align_corners = match cx.attrs.int("align_corners", 0)? {
+            0 => false,
+            1 => true,
+            other => return Err(OpError::expected("align_corners 0 or 1", other)),
+        };
+        Ok(Arc::new(AffineGrid { align_corners }))
+    }),
+    ("Col2Im", |cx| {
+        Ok(Arc::new(Col2Im {
+            strides: cx.attrs.ints("strides")?,
+            dilations: cx.attrs.ints("dilations")?,
+            pads: cx.attrs.ints("pads")?,
+        }))
+    }),
+    ("MaxUnpool", |cx| {
+        Ok(Arc::new(MaxUnpool {
+            kernel: cx.attrs.ints("kernel_shape")?,
+            strides: cx.attrs.ints("strides")?,
+            pads: cx.attrs.ints("pads")?,
+        }))
+    }),
+];
