@@ -831,6 +831,249 @@ impl Operator for MaxUnpool {
 }
 
 // ---------------------------------------------------------------------------------------------
+// DeformConv
+// ---------------------------------------------------------------------------------------------
+
+/// `DeformConv`: a grouped convolution whose kernel taps are read at run-time offsets from their
+/// regular positions (bilinear interpolation, zero outside the input), each tap's value scaled by
+/// `mask` (default 1). Lowered as a materialised table of sampled values `(N, C, K, out..)`
+/// (`K` kernel positions) contracted with the weights.
+#[derive(Debug)]
+struct DeformConv {
+    kernel: Option<Vec<i64>>,
+    strides: Option<Vec<i64>>,
+    dilations: Option<Vec<i64>>,
+    pads: Option<Vec<i64>>,
+    group: i64,
+    offset_group: i64,
+}
+
+/// DeformConv's resolved geometry.
+struct DeformGeom {
+    kernel: Vec<usize>,
+    strides: Vec<i64>,
+    dilations: Vec<i64>,
+    pads: Vec<i64>,
+    out: Vec<usize>,
+    group: usize,
+    offset_group: usize,
+}
+
+impl DeformConv {
+    fn geom(&self, cx: &InferCx) -> OpResult<DeformGeom> {
+        let (x, w, off) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        if x.rank() < 3 || w.rank() != x.rank() {
+            return Err(OpError::expected(
+                "X (N, C, spatial..) and W (oC, C / group, kernel..) of the same rank >= 3",
+                format!("{x} and {w}"),
+            ));
+        }
+        let r = x.rank() - 2;
+        let (c, oc) = (x.shape[1], w.shape[0]);
+        let group = usize::try_from(self.group).unwrap_or(0);
+        let og = usize::try_from(self.offset_group).unwrap_or(0);
+        if group == 0
+            || og == 0
+            || c % og != 0
+            || oc % group != 0
+            || w.shape[1].checked_mul(group) != Some(c)
+        {
+            return Err(OpError::expected(
+                format!("group >= 1 and offset_group >= 1 dividing C ({c}), group dividing oC ({oc}) and W's dimension 1 equal to C / group"),
+                format!("group {}, offset_group {}, W {w}", self.group, self.offset_group),
+            ));
+        }
+        let kernel = w.shape[2..].to_vec();
+        if let Some(k) = self.kernel.as_ref().filter(|k| !k.is_empty()) {
+            if k.len() != r || k.iter().zip(&kernel).any(|(&a, &b)| a != b as i64) {
+                return Err(OpError::expected(
+                    format!("kernel_shape equal to W's spatial shape {kernel:?}"),
+                    format!("{k:?}"),
+                ));
+            }
+        }
+        let strides = dims_attr(&self.strides, r, 1, 1, "strides")?;
+        let dilations = dims_attr(&self.dilations, r, 1, 1, "dilations")?;
+        let pads = dims_attr(&self.pads, 2 * r, 0, 0, "pads")?;
+        let mut out = Vec::with_capacity(r);
+        for i in 0..r {
+            let span = dilations[i] as i128 * (kernel[i] as i128 - 1) + 1;
+            let room = x.shape[2 + i] as i128 + pads[i] as i128 + pads[r + i] as i128 - span;
+            if room < 0 || kernel[i] == 0 {
+                return Err(OpError::expected(
+                    format!("a non-empty kernel (extent {span}) that fits the padded input along dimension {i}"),
+                    format!("X {x}, pads {pads:?}"),
+                ));
+            }
+            out.push((room / strides[i] as i128 + 1) as usize);
+        }
+        let k = shape_numel(&kernel, "DeformConv's kernel size")?;
+        let lead = |ch: usize| -> OpResult<Vec<usize>> {
+            let mut s = vec![x.shape[0], ch];
+            s.extend_from_slice(&out);
+            Ok(s)
+        };
+        let want = lead(og * k * r)?;
+        if off.shape != want {
+            return Err(OpError::expected(format!("offset of shape {want:?}"), off));
+        }
+        if cx.has(4) {
+            let want = lead(og * k)?;
+            let m = cx.input(4)?;
+            if m.shape != want {
+                return Err(OpError::expected(format!("mask of shape {want:?}"), m));
+            }
+        }
+        if cx.has(3) {
+            let b = cx.input(3)?;
+            if b.shape != [oc] {
+                return Err(OpError::expected(format!("B of shape [{oc}]"), b));
+            }
+        }
+        Ok(DeformGeom {
+            kernel,
+            strides,
+            dilations,
+            pads,
+            out,
+            group,
+            offset_group: og,
+        })
+    }
+}
+
+impl Operator for DeformConv {
+    fn op_type(&self) -> &'static str {
+        "DeformConv"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 3, 5)?;
+        let d = check_dtype(cx, 0, FLOATS)?;
+        for i in 1..5 {
+            if cx.has(i) {
+                check_dtype(cx, i, &[d])?;
+            }
+        }
+        let g = self.geom(cx)?;
+        let mut shape = vec![cx.input(0)?.shape[0], cx.input(1)?.shape[0]];
+        shape.extend_from_slice(&g.out);
+        Ok(vec![TensorType::new(d, shape)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let g = self.geom(&icx(cx))?;
+        let x = cx.input(0).clone();
+        let w = cx.input(1).clone();
+        let out = cx.output(0).clone();
+        let d = out.dtype;
+        if out.numel() == 0 {
+            return Ok(vec![cx.stage(out, zero(d))]);
+        }
+        let r = x.rank() - 2;
+        let (n, c) = (x.shape[0], x.shape[1]);
+        let k = shape_numel(&g.kernel, "DeformConv's kernel size")?;
+        if x.shape[2..].contains(&0) {
+            // Every tap is outside the input: the bias alone.
+            let b = if cx.has(3) {
+                Expr::load(Src::Arg(3), vec![Expr::var(1)])
+            } else {
+                zero(d)
+            };
+            return Ok(vec![cx.stage(out, b)]);
+        }
+        let sampler = GridSample {
+            mode: Interp::Linear,
+            padding: Padding::Zeros,
+            align_corners: true,
+        };
+        // Per spatial dimension, over (n, offset group, kernel position, out..): the position
+        // read, its two taps' indices (-1 outside) and weights.
+        let mut pos_shape = vec![n, g.offset_group, k];
+        pos_shape.extend_from_slice(&g.out);
+        let mut tap_shape = pos_shape.clone();
+        tap_shape.push(2);
+        shape_numel(&tap_shape, "DeformConv's taps")?;
+        let pv = vars(pos_shape.len());
+        let kpos = Expr::unflatten(&Expr::var(2), &g.kernel);
+        let mut index = Vec::with_capacity(r);
+        let mut weight = Vec::with_capacity(r);
+        for i in 0..r {
+            let ch = Expr::var(1)
+                .mul(Expr::i(k as i64))
+                .add(Expr::var(2))
+                .mul(Expr::i(r as i64))
+                .add(Expr::i(i as i64));
+            let mut oi = vec![Expr::var(0), ch];
+            oi.extend((3..3 + r).map(Expr::var));
+            let regular = Expr::var(3 + i)
+                .mul(Expr::i(g.strides[i]))
+                .add(kpos[i].clone().mul(Expr::i(g.dilations[i])))
+                .sub(Expr::i(g.pads[i]))
+                .cast(d);
+            let body = regular.add(Expr::load(Src::Arg(2), oi));
+            let p = cx.materialized_stage(TensorType::new(d, pos_shape.clone()), body);
+            let at = Expr::load(p, pv.clone());
+            let base = at.clone().floor();
+            let tap = base.clone().add(Expr::var(pos_shape.len()).cast(d));
+            let ity = TensorType::new(DType::I64, tap_shape.clone());
+            index.push(cx.materialized_stage(ity, sampler.tap_index(tap, x.shape[2 + i], d)));
+            let wt = sampler.weight(at.sub(base), Expr::var(pos_shape.len()), d);
+            weight.push(cx.materialized_stage(TensorType::new(d, tap_shape.clone()), wt));
+        }
+        // Sampled values (n, c, kernel position, out..).
+        let mut s_shape = vec![n, c, k];
+        s_shape.extend_from_slice(&g.out);
+        let grp = Expr::var(1).div(Expr::i((c / g.offset_group) as i64));
+        let mut terms = Vec::new();
+        for code in 0..1usize << r {
+            let mut idx = vec![Expr::var(0), Expr::var(1)];
+            let mut conds = Vec::new();
+            let mut wprod: Option<Expr> = None;
+            for i in 0..r {
+                let tap = ((code >> (r - 1 - i)) & 1) as i64;
+                let mut ti = vec![Expr::var(0), grp.clone(), Expr::var(2)];
+                ti.extend((3..3 + r).map(Expr::var));
+                ti.push(Expr::i(tap));
+                let ii = Expr::load(index[i], ti.clone());
+                conds.push(ii.clone().ge(Expr::i(0)));
+                idx.push(ii.max(Expr::i(0)));
+                let wi = Expr::load(weight[i], ti);
+                wprod = Some(match wprod {
+                    None => wi,
+                    Some(w) => w.mul(wi),
+                });
+            }
+            let v = wprod.expect("r >= 1").mul(Expr::load(Src::Arg(0), idx));
+            terms.push(Expr::select(all(conds).expect("r >= 1"), v, zero(d)));
+        }
+        let mut sample = terms.into_iter().reduce(|a, b| a.add(b)).expect("taps");
+        if cx.has(4) {
+            let mut mi = vec![Expr::var(0), grp.mul(Expr::i(k as i64)).add(Expr::var(2))];
+            mi.extend((3..3 + r).map(Expr::var));
+            sample = sample.mul(Expr::load(Src::Arg(4), mi));
+        }
+        let s = cx.materialized_stage(TensorType::new(d, s_shape), sample);
+        // The contraction over the group's input channels and the kernel positions.
+        let cg = w.shape[1];
+        let ocg = w.shape[0] / g.group;
+        let ci = Expr::var(1)
+            .div(Expr::i(ocg as i64))
+            .mul(Expr::i(cg as i64))
+            .add(Expr::rvar(0));
+        let mut si = vec![Expr::var(0), ci, Expr::rvar(1)];
+        si.extend((2..2 + r).map(Expr::var));
+        let mut wi = vec![Expr::var(1), Expr::rvar(0)];
+        wi.extend(Expr::unflatten(&Expr::rvar(1), &g.kernel));
+        let body = Expr::load(Src::Arg(1), wi).mul(Expr::load(s, si));
+        let fin = cx
+            .has(3)
+            .then(|| Expr::Acc.add(Expr::load(Src::Arg(3), vec![Expr::var(1)])));
+        Ok(vec![cx.reduce(out, RedOp::Sum, vec![cg, k], body, fin)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Registry
 // ---------------------------------------------------------------------------------------------
 
@@ -850,6 +1093,16 @@ pub const OPS: &[(&str, Constructor)] = &[
             strides: cx.attrs.ints("strides")?,
             dilations: cx.attrs.ints("dilations")?,
             pads: cx.attrs.ints("pads")?,
+        }))
+    }),
+    ("DeformConv", |cx| {
+        Ok(Arc::new(DeformConv {
+            kernel: cx.attrs.ints("kernel_shape")?,
+            strides: cx.attrs.ints("strides")?,
+            dilations: cx.attrs.ints("dilations")?,
+            pads: cx.attrs.ints("pads")?,
+            group: cx.attrs.int("group", 1)?,
+            offset_group: cx.attrs.int("offset_group", 1)?,
         }))
     }),
     ("MaxUnpool", |cx| {
