@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::{
-    check_arity as arity, check_dtype, dim_from_i64, shape_numel, Constructor, InferCx, LowerCx,
+    check_arity as arity, check_dtype, dim_from_f64, dim_from_i64, shape_numel, Constructor, InferCx, LowerCx,
     OpCx, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
 };
 use crate::error::OpError;
@@ -1074,6 +1074,310 @@ impl Operator for DeformConv {
 }
 
 // ---------------------------------------------------------------------------------------------
+// RoiAlign
+// ---------------------------------------------------------------------------------------------
+
+/// `RoiAlign`: each region of interest (run-time `rois`, `batch_indices`) pooled into an
+/// `output_height x output_width` grid of bins, each bin the average (or maximum) of bilinear
+/// samples on a regular grid of `sampling_ratio` points per axis (adaptive, `ceil(bin size)`,
+/// when 0). Samples outside the image count as 0.
+///
+/// Lowering: per axis, a table over (roi, bin, sample) of each sample's lower and upper row (or
+/// column), its fraction and whether it exists and lies inside; then a reduction over the samples
+/// of a bin. The samples of an axis are `sampling_ratio` of them, or with an adaptive count the
+/// largest any constant roi needs; with run-time rois and an adaptive count, a window of
+/// `2 * size + 5` samples starting at the first sample inside the image covers every sample that
+/// reads the image (their spacing exceeds 1/2), and the count of the others is known.
+#[derive(Debug)]
+struct RoiAlign {
+    max: bool,
+    half_pixel: bool,
+    out_h: usize,
+    out_w: usize,
+    sampling_ratio: usize,
+    spatial_scale: f64,
+}
+
+/// Lower-index codes in RoiAlign's sample tables.
+const NO_SAMPLE: i64 = -1;
+const OUTSIDE: i64 = -2;
+
+impl RoiAlign {
+    /// The samples per bin along an axis (the extent of the sample tables) and whether they are
+    /// a window that starts at the first sample inside the image.
+    fn extent(&self, cx: &InferCx, axis: usize) -> OpResult<(usize, bool)> {
+        if self.sampling_ratio > 0 {
+            return Ok((self.sampling_ratio, false));
+        }
+        let x = cx.input(0)?;
+        let (n, o, c0) = if axis == 0 {
+            (x.shape[2], self.out_h, 1)
+        } else {
+            (x.shape[3], self.out_w, 0)
+        };
+        let Some(rois) = cx.consts.get(1).and_then(|c| c.as_deref()) else {
+            let e = n
+                .checked_mul(2)
+                .and_then(|v| v.checked_add(5))
+                .filter(|&v| v <= MAX_DIM)
+                .ok_or_else(|| OpError::expected("an image of at most 2^47 rows and columns", x))?;
+            return Ok((e, true));
+        };
+        // The largest adaptive count of a constant roi, plus one for rounding differences.
+        let mut most = 0usize;
+        for r in 0..rois.ty.shape[0] {
+            let at = |j: usize| rois.get_f64(r * 4 + j) * self.spatial_scale;
+            let mut len = at(c0 + 2) - at(c0);
+            if !self.half_pixel {
+                len = len.max(1.0);
+            }
+            let g = (len / o as f64).ceil();
+            if g.is_finite() && g > 0.0 {
+                most = most.max(dim_from_f64(g, "RoiAlign's adaptive sampling count")?);
+            }
+        }
+        let e = most.saturating_add(1);
+        if e > MAX_DIM {
+            return Err(OpError::expected("adaptive sampling counts at most 2^48", e));
+        }
+        Ok((e, false))
+    }
+}
+
+impl Operator for RoiAlign {
+    fn op_type(&self) -> &'static str {
+        "RoiAlign"
+    }
+
+    fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
+        arity(cx, 3, 3)?;
+        let d = check_dtype(cx, 0, FLOATS)?;
+        check_dtype(cx, 1, &[d])?;
+        check_dtype(cx, 2, &[DType::I64])?;
+        let (x, rois, bi) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        if x.rank() != 4 {
+            return Err(OpError::expected("X of shape (N, C, H, W)", x));
+        }
+        let r = rois.shape.first().copied().unwrap_or(0);
+        if rois.shape != [r, 4] || bi.shape != [r] {
+            return Err(OpError::expected(
+                "rois (num_rois, 4) and batch_indices (num_rois)",
+                format!("{rois} and {bi}"),
+            ));
+        }
+        if let Some(b) = cx.consts.get(2).and_then(|c| c.as_deref()) {
+            let n = x.shape[0] as i64;
+            if let Some(v) = b.to_i64().into_iter().find(|&v| v < 0 || v >= n) {
+                return Err(OpError::expected(format!("batch_indices in [0, {n})"), v));
+            }
+        }
+        if let Some(t) = cx.consts.get(1).and_then(|c| c.as_deref()) {
+            if let Some(v) = t.to_f32().into_iter().find(|v| !v.is_finite()) {
+                return Err(OpError::expected("finite rois", v));
+            }
+        }
+        self.extent(cx, 0)?;
+        self.extent(cx, 1)?;
+        Ok(vec![TensorType::new(
+            d,
+            vec![r, x.shape[1], self.out_h, self.out_w],
+        )])
+    }
+
+    fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
+        let (ey, wy) = self.extent(&icx(cx), 0)?;
+        let (ex, wx) = self.extent(&icx(cx), 1)?;
+        let x = cx.input(0).clone();
+        let out = cx.output(0).clone();
+        let f = out.dtype;
+        if out.numel() == 0 {
+            return Ok(vec![cx.stage(out, zero(f))]);
+        }
+        if x.numel() == 0 {
+            // No image to sample (N > 0 with an empty plane): every sample is outside.
+            return Ok(vec![cx.stage(out, zero(f))]);
+        }
+        let nroi = out.shape[0];
+        let c = |v: f64| Expr::c(f, v);
+        let off = if self.half_pixel { 0.5 } else { 0.0 };
+        // Coordinate `j` of roi `Var(0)`, scaled and shifted.
+        let roi = |j: i64| {
+            Expr::load(Src::Arg(1), vec![Expr::var(0), Expr::i(j)])
+                .mul(c(self.spatial_scale))
+                .sub(c(off))
+        };
+        // Per axis: the bin size and the sample count of roi `Var(0)`.
+        let axis_geom = |axis: usize| {
+            let (o, c0) = if axis == 0 {
+                (self.out_h, 1)
+            } else {
+                (self.out_w, 0)
+            };
+            let mut len = roi(c0 + 2).sub(roi(c0));
+            if !self.half_pixel {
+                len = len.max(c(1.0));
+            }
+            let start = roi(c0);
+            let bin = len.div(c(o as f64));
+            let g = if self.sampling_ratio > 0 {
+                c(self.sampling_ratio as f64)
+            } else {
+                bin.clone().ceil()
+            };
+            (start, bin, g)
+        };
+        let mut tables = Vec::new();
+        for (axis, e, windowed) in [(0, ey, wy), (1, ex, wx)] {
+            let (n, o) = if axis == 0 {
+                (x.shape[2], self.out_h)
+            } else {
+                (x.shape[3], self.out_w)
+            };
+            let (start, bin, g) = axis_geom(axis);
+            let first = start.add(Expr::var(1).cast(f).mul(bin.clone()));
+            let step = bin.div(g.clone());
+            let k = if windowed {
+                // One before the first sample at or after -1 (never below 0).
+                let at = c(-1.0).sub(first.clone()).div(step.clone()).sub(c(0.5));
+                let s0 = to_index(at.floor(), f).sub(Expr::i(1)).max(Expr::i(0));
+                s0.add(Expr::var(2))
+            } else {
+                Expr::var(2)
+            };
+            let kf = k.cast(f);
+            let y = first.add(kf.clone().add(c(0.5)).mul(step));
+            let exists = kf.lt(g);
+            let inside = y.clone().ge(c(-1.0)).and(y.clone().le(c(n as f64)));
+            let yc = y.max(c(0.0));
+            let fl = yc.clone().floor();
+            let li = to_index(fl.clone(), f);
+            let last = Expr::i(n as i64 - 1);
+            let edge = li.clone().ge(last.clone());
+            let lo = Expr::select(
+                exists.not(),
+                Expr::i(NO_SAMPLE),
+                Expr::select(
+                    inside.not(),
+                    Expr::i(OUTSIDE),
+                    Expr::select(edge.clone(), last.clone(), li.clone().min(last.clone())),
+                ),
+            );
+            let hi = Expr::select(edge.clone(), last.clone(), li.add(Expr::i(1)).min(last));
+            let frac = Expr::select(edge, c(0.0), yc.sub(fl));
+            let shape = vec![nroi, o, e];
+            shape_numel(&shape, "RoiAlign's sample table")?;
+            let lo = cx.materialized_stage(TensorType::new(DType::I64, shape.clone()), lo);
+            let hi = cx.materialized_stage(TensorType::new(DType::I64, shape.clone()), hi);
+            let frac = cx.materialized_stage(TensorType::new(f, shape), frac);
+            // Samples inside the image, per (roi, bin).
+            let inside = Expr::load(lo, vec![Expr::var(0), Expr::var(1), Expr::rvar(0)])
+                .ge(Expr::i(0));
+            let cnt = cx.reduce(
+                TensorType::new(DType::I64, vec![nroi, o]),
+                RedOp::Sum,
+                vec![e],
+                Expr::select(inside, Expr::i(1), Expr::i(0)),
+                None,
+            );
+            tables.push((lo, hi, frac, cnt));
+        }
+        let (ylo, yhi, ly, cy) = tables[0];
+        let (xlo, xhi, lx, cx_) = tables[1];
+        let at_y = |s: Src| Expr::load(s, vec![Expr::var(0), Expr::var(2), Expr::rvar(0)]);
+        let at_x = |s: Src| Expr::load(s, vec![Expr::var(0), Expr::var(3), Expr::rvar(1)]);
+        let (h, w) = (x.shape[2], x.shape[3]);
+        let b = clamp_index(
+            Expr::load(Src::Arg(2), vec![Expr::var(0)]),
+            x.shape[0],
+        );
+        let px = |yi: Expr, xi: Expr| {
+            Expr::load(
+                Src::Arg(0),
+                vec![b.clone(), Expr::var(1), clamp_index(yi, h), clamp_index(xi, w)],
+            )
+        };
+        let (fy, fx) = (at_y(ly), at_x(lx));
+        let (gy, gx) = (c(1.0).sub(fy.clone()), c(1.0).sub(fx.clone()));
+        let t = [
+            gy.clone().mul(gx.clone()).mul(px(at_y(ylo), at_x(xlo))),
+            gy.mul(fx.clone()).mul(px(at_y(ylo), at_x(xhi))),
+            fy.clone().mul(gx).mul(px(at_y(yhi), at_x(xlo))),
+            fy.mul(fx).mul(px(at_y(yhi), at_x(xhi))),
+        ];
+        let inside = at_y(ylo).ge(Expr::i(0)).and(at_x(xlo).ge(Expr::i(0)));
+        // Roi `Var(0)`'s samples per bin along each axis.
+        let (_, _, g_y) = axis_geom(0);
+        let (_, _, g_x) = axis_geom(1);
+        let total = g_y.clone().mul(g_x.clone());
+        let [t1, t2, t3, t4] = t;
+        let (op, body, fin) = if self.max {
+            let m = t1.max(t2).max(t3).max(t4);
+            let body = Expr::select(inside, m, c(f64::NEG_INFINITY));
+            let n_in = Expr::load(cy, vec![Expr::var(0), Expr::var(2)])
+                .mul(Expr::load(cx_, vec![Expr::var(0), Expr::var(3)]))
+                .cast(f);
+            // Samples outside the image count as 0; no samples at all give 0.
+            let none = g_y.le(c(0.0)).or(g_x.le(c(0.0)));
+            let fin = Expr::select(
+                none,
+                c(0.0),
+                Expr::select(n_in.lt(total), Expr::Acc.max(c(0.0)), Expr::Acc),
+            );
+            (RedOp::Max, body, fin)
+        } else {
+            let body = Expr::select(inside, t1.add(t2).add(t3).add(t4), c(0.0));
+            (RedOp::Sum, body, Expr::Acc.div(total.max(c(1.0))))
+        };
+        Ok(vec![cx.reduce(out, op, vec![ey, ex], body, Some(fin))])
+    }
+}
+
+fn roi_align(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
+    let a = cx.attrs;
+    let max = match a.string("mode", "avg")?.as_str() {
+        "avg" => false,
+        "max" => true,
+        other => return Err(OpError::expected("mode avg or max", other)),
+    };
+    // Opset 10 has no attribute and shifts nothing.
+    let dflt = if cx.opset < 16 {
+        "output_half_pixel"
+    } else {
+        "half_pixel"
+    };
+    let half_pixel = match a.string("coordinate_transformation_mode", dflt)?.as_str() {
+        "half_pixel" => true,
+        "output_half_pixel" => false,
+        other => {
+            return Err(OpError::expected(
+                "coordinate_transformation_mode half_pixel or output_half_pixel",
+                other,
+            ))
+        }
+    };
+    let out_h = a.int("output_height", 1)?;
+    let out_w = a.int("output_width", 1)?;
+    if out_h < 1 || out_w < 1 {
+        return Err(OpError::expected(
+            "output_height and output_width >= 1",
+            format!("{out_h} and {out_w}"),
+        ));
+    }
+    let spatial_scale = a.float("spatial_scale", 1.0)? as f64;
+    if !spatial_scale.is_finite() {
+        return Err(OpError::expected("a finite spatial_scale", spatial_scale));
+    }
+    Ok(Arc::new(RoiAlign {
+        max,
+        half_pixel,
+        out_h: dim_from_i64(out_h, "output_height")?,
+        out_w: dim_from_i64(out_w, "output_width")?,
+        sampling_ratio: dim_from_i64(a.int("sampling_ratio", 0)?, "sampling_ratio")?,
+        spatial_scale,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
 // Registry
 // ---------------------------------------------------------------------------------------------
 
@@ -1105,6 +1409,7 @@ pub const OPS: &[(&str, Constructor)] = &[
             offset_group: cx.attrs.int("offset_group", 1)?,
         }))
     }),
+    ("RoiAlign", roi_align),
     ("MaxUnpool", |cx| {
         Ok(Arc::new(MaxUnpool {
             kernel: cx.attrs.ints("kernel_shape")?,
