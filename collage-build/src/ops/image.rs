@@ -84,6 +84,28 @@ fn reflect(x: Expr, lo: f64, hi: f64, d: DType) -> Expr {
     )
 }
 
+/// The most taps (interpolation points) one output element may combine: 2^8 (linear
+/// interpolation over 8 spatial dimensions, cubic over 4). Each is a term of the element's
+/// expression.
+const MAX_TAPS: u64 = 256;
+
+/// The sum of `terms` (at least one) as a balanced tree, so that the expression's depth grows
+/// with the logarithm of their count.
+fn balanced_sum(mut terms: Vec<Expr>) -> Expr {
+    while terms.len() > 1 {
+        let mut next = Vec::with_capacity(terms.len().div_ceil(2));
+        let mut it = terms.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => a.add(b),
+                None => a,
+            });
+        }
+        terms = next;
+    }
+    terms.pop().expect("at least one term")
+}
+
 /// The value of a type's zero.
 fn zero(d: DType) -> Expr {
     Expr::c(d, 0.0)
@@ -270,6 +292,13 @@ impl Operator for GridSample {
             return Err(OpError::expected("X of rank >= 3 (N, C, spatial...)", x));
         }
         let r = x.rank() - 2;
+        let taps = (self.taps().0 as u64).checked_pow(r as u32);
+        if taps.is_none_or(|t| t > MAX_TAPS) {
+            return Err(OpError::expected(
+                format!("at most {MAX_TAPS} interpolation taps per output element (X {x})"),
+                format!("{}^{r}", self.taps().0),
+            ));
+        }
         if g.rank() != r + 2 || g.shape[0] != x.shape[0] || g.shape[r + 1] != r {
             return Err(OpError::expected(
                 format!(
@@ -373,10 +402,7 @@ impl Operator for GridSample {
                 Some(c) => Expr::select(c, term, z),
             });
         }
-        let sum = terms
-            .into_iter()
-            .reduce(|a, b| a.add(b))
-            .expect("at least one tap");
+        let sum = balanced_sum(terms);
         let body = if self.mode == Interp::Nearest {
             sum
         } else {
@@ -499,7 +525,7 @@ impl AffineGrid {
         let theta = cx.input(0)?;
         let size = const_list(cx, 1, "AffineGrid's size", None)?;
         let r = size.len().saturating_sub(2);
-        if !(2..=3).contains(&r) || theta.shape != [theta.shape[0], r, r + 1] {
+        if !(2..=3).contains(&r) || theta.rank() != 3 || theta.shape[1..] != [r, r + 1] {
             return Err(OpError::expected(
                 "theta (N, 2, 3) with size of 4 values, or (N, 3, 4) with 5",
                 format!("{theta} and {size:?}"),
@@ -587,3 +613,159 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("MaxUnpool", regions::max_unpool),
     ("RoiAlign", regions::roi_align),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{lookup, Attr, Attrs};
+    use crate::te::eval_stages;
+    use crate::tensor::Tensor;
+
+    fn op(op_type: &str, opset: i64, attrs: &[(&str, Attr)]) -> OpResult<Arc<dyn Operator>> {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        lookup(op_type).expect("registered")(&OpCx {
+            attrs: &attrs,
+            opset,
+            n_inputs: 3,
+            n_outputs: 1,
+        })
+    }
+
+    fn s(v: &str) -> Attr {
+        Attr::Str(v.into())
+    }
+
+    /// Infers, lowers and interprets `op` on `args` (those in `konst` as constants): the output.
+    fn run(op: &dyn Operator, args: &[Tensor], konst: &[usize]) -> Vec<f64> {
+        let inputs: Vec<Option<TensorType>> = args.iter().map(|a| Some(a.ty.clone())).collect();
+        let consts: Vec<Option<Arc<Tensor>>> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| konst.contains(&i).then(|| Arc::new(a.clone())))
+            .collect();
+        let outs = op
+            .infer(&InferCx {
+                inputs: &inputs,
+                consts: &consts,
+            })
+            .expect("infers");
+        let mut cx = LowerCx {
+            inputs: &inputs,
+            consts: &consts,
+            outputs: &outs,
+            stages: vec![],
+            name: "n".into(),
+            direct: false,
+        };
+        let srcs = op.lower(&mut cx).expect("lowers");
+        let refs: Vec<Option<&Tensor>> = args.iter().map(Some).collect();
+        let y = eval_stages(&cx.stages, &refs, &srcs).remove(0);
+        (0..y.numel()).map(|i| y.get_f64(i)).collect()
+    }
+
+    #[test]
+    fn grid_sample_mode_names_follow_the_opset() {
+        assert!(op("GridSample", 16, &[("mode", s("bicubic"))]).is_ok());
+        assert!(op("GridSample", 16, &[("mode", s("cubic"))]).is_err());
+        assert!(op("GridSample", 22, &[("mode", s("cubic"))]).is_ok());
+        assert!(op("GridSample", 22, &[("mode", s("bilinear"))]).is_err());
+        assert!(op("GridSample", 22, &[("padding_mode", s("wrap"))]).is_err());
+        assert!(op("GridSample", 22, &[("align_corners", Attr::Int(2))]).is_err());
+    }
+
+    /// Non-finite and huge grid positions read inside the input (the interpreter's loads are
+    /// checked) and give 0 with zeros padding.
+    #[test]
+    fn grid_sample_of_hostile_positions_stays_inside_the_input() {
+        let x = Tensor::from_f64_as(DType::F32, &[1, 1, 2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e30, -1e30, 3e9];
+        let mut g = Vec::new();
+        for &b in &bad {
+            g.extend([b, 0.0]);
+        }
+        let grid = Tensor::from_f64_as(DType::F32, &[1, 1, bad.len(), 2], &g);
+        for mode in ["nearest", "linear", "cubic"] {
+            for pad in ["zeros", "border", "reflection"] {
+                for ac in [0, 1] {
+                    let o = op(
+                        "GridSample",
+                        22,
+                        &[
+                            ("mode", s(mode)),
+                            ("padding_mode", s(pad)),
+                            ("align_corners", Attr::Int(ac)),
+                        ],
+                    )
+                    .expect("valid");
+                    let y = run(o.as_ref(), &[x.clone(), grid.clone()], &[]);
+                    if pad == "zeros" {
+                        // NaN positions give NaN weights; every other tap is outside.
+                        assert!(y[1..].iter().all(|&v| v == 0.0), "{mode} {ac}: {y:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// With run-time rois the adaptive sample count is covered by a window of samples; it gives
+    /// what the exact count of constant rois gives.
+    #[test]
+    fn roi_align_adaptive_window_matches_constant_rois() {
+        let x: Vec<f64> = (0..2 * 7 * 9)
+            .map(|i| ((i * 37) % 23) as f64 - 11.0)
+            .collect();
+        let x = Tensor::from_f64_as(DType::F32, &[1, 2, 7, 9], &x);
+        let rois = Tensor::from_f64_as(
+            DType::F32,
+            &[4, 4],
+            &[
+                0., 0., 8., 6., 1.5, -3., 20., 4.2, -30., -30., -25., -26., 6., 5., 2., 1.,
+            ],
+        );
+        let bi = Tensor::from_i64(&[4], &[0, 0, 0, 0]);
+        for mode in ["avg", "max"] {
+            for ctm in ["half_pixel", "output_half_pixel"] {
+                let o = op(
+                    "RoiAlign",
+                    22,
+                    &[
+                        ("mode", s(mode)),
+                        ("coordinate_transformation_mode", s(ctm)),
+                        ("output_height", Attr::Int(2)),
+                        ("output_width", Attr::Int(3)),
+                    ],
+                )
+                .expect("valid");
+                let args = [x.clone(), rois.clone(), bi.clone()];
+                let window = run(o.as_ref(), &args, &[]);
+                let exact = run(o.as_ref(), &args, &[1]);
+                for (a, b) in window.iter().zip(&exact) {
+                    assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{mode} {ctm}");
+                }
+            }
+        }
+    }
+
+    /// Repeated indices: the last element written wins; indices outside write nothing.
+    #[test]
+    fn max_unpool_last_write_wins_and_outside_indices_are_dropped() {
+        let o = op(
+            "MaxUnpool",
+            22,
+            &[
+                ("kernel_shape", Attr::Ints(vec![2])),
+                ("strides", Attr::Ints(vec![2])),
+            ],
+        )
+        .expect("valid");
+        let x = Tensor::from_f64_as(DType::F32, &[1, 1, 3], &[1., 2., 3.]);
+        let i = Tensor::from_i64(&[1, 1, 3], &[4, 4, -1]);
+        let y = run(o.as_ref(), &[x, i], &[]);
+        assert_eq!(y, vec![0., 0., 0., 0., 2., 0.]);
+    }
+}

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use super::{
-    all, clamp_index, const_list, dims_attr, icx, to_index, vars, zero, GridSample, Interp, Padding,
+    all, balanced_sum, clamp_index, const_list, dims_attr, icx, to_index, vars, zero, GridSample,
+    Interp, Padding, MAX_TAPS,
 };
 use crate::error::OpError;
 use crate::ops::{
@@ -317,6 +318,12 @@ impl DeformConv {
             ));
         }
         let r = x.rank() - 2;
+        if 1u64.checked_shl(r as u32).is_none_or(|t| t > MAX_TAPS) {
+            return Err(OpError::expected(
+                format!("at most {MAX_TAPS} interpolation taps per sample (2^{r} for X {x})"),
+                "more",
+            ));
+        }
         let (c, oc) = (x.shape[1], w.shape[0]);
         let group = usize::try_from(self.group).unwrap_or(0);
         let og = usize::try_from(self.offset_group).unwrap_or(0);
@@ -495,7 +502,7 @@ impl Operator for DeformConv {
             let v = wprod.expect("r >= 1").mul(Expr::load(Src::Arg(0), idx));
             terms.push(Expr::select(all(conds).expect("r >= 1"), v, zero(d)));
         }
-        let mut sample = terms.into_iter().reduce(|a, b| a.add(b)).expect("taps");
+        let mut sample = balanced_sum(terms);
         if cx.has(4) {
             let mut mi = vec![Expr::var(0), grp.mul(Expr::i(k as i64)).add(Expr::var(2))];
             mi.extend((3..3 + r).map(Expr::var));
