@@ -149,6 +149,7 @@ impl Operator for Col2Im {
         let col = Expr::flatten(&b, &g.blocks);
         let v = Expr::load(Src::Arg(0), vec![Expr::var(0), ch, col]);
         let body = Expr::select(all(conds).expect("conditions"), v, zero(d));
+        check_work(&out.shape, &g.block, "Col2Im")?;
         Ok(vec![cx.reduce(
             out,
             RedOp::Sum,
@@ -257,6 +258,11 @@ impl Operator for MaxUnpool {
         let rv: Vec<Expr> = (0..rank).map(Expr::rvar).collect();
         let hit = Expr::load(Src::Arg(1), rv.clone()).eq(flat);
         let body = Expr::select(hit, Expr::flatten(&rv, &x.shape), Expr::i(-1));
+        check_work(
+            &unpooled,
+            &x.shape,
+            "MaxUnpool (output elements x input elements)",
+        )?;
         let ity = TensorType::new(DType::I64, unpooled.clone());
         let last = cx.reduce(ity, RedOp::Max, x.shape.clone(), body, None);
         // The output: the unpooled tensor at the origin, zeros elsewhere.
@@ -524,6 +530,7 @@ impl Operator for DeformConv {
         let fin = cx
             .has(3)
             .then(|| Expr::Acc.add(Expr::load(Src::Arg(3), vec![Expr::var(1)])));
+        check_work(&out.shape, &[cg, k], "DeformConv")?;
         Ok(vec![cx.reduce(out, RedOp::Sum, vec![cg, k], body, fin)])
     }
 }
@@ -788,6 +795,7 @@ impl Operator for RoiAlign {
             let body = Expr::select(inside, t1.add(t2).add(t3).add(t4), c(0.0));
             (RedOp::Sum, body, Expr::Acc.div(total.max(c(1.0))))
         };
+        check_work(&out.shape, &[ey, ex], "RoiAlign")?;
         Ok(vec![cx.reduce(out, op, vec![ey, ex], body, Some(fin))])
     }
 }
@@ -836,6 +844,21 @@ pub(super) fn roi_align(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
         sampling_ratio: dim_from_i64(a.int("sampling_ratio", 0)?, "sampling_ratio")?,
         spatial_scale,
     }))
+}
+
+/// Checks that a reduction over `extents` for every element of `shape` stays within 2^48 body
+/// evaluations (so that its work, and every count derived from it, is far from overflowing).
+fn check_work(shape: &[usize], extents: &[usize], what: &str) -> OpResult<()> {
+    let mut all = shape.to_vec();
+    all.extend_from_slice(extents);
+    if all.contains(&0) {
+        return Ok(());
+    }
+    shape_numel(
+        &all,
+        &format!("{what}'s work (output elements x reduction points)"),
+    )?;
+    Ok(())
 }
 
 /// Creates a `Col2Im`.
