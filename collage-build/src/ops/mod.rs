@@ -14,6 +14,7 @@ mod attrs;
 pub mod elementwise;
 pub mod extra;
 pub mod folded;
+pub mod image;
 pub mod index;
 pub mod loss;
 pub mod matmul;
@@ -283,6 +284,7 @@ const FAMILIES: &[&[(&str, Constructor)]] = &[
     training::OPS,
     rnn::OPS,
     seq::OPS,
+    image::OPS,
 ];
 
 /// The constructor for an ONNX op type: `op_type` for the default domain, `domain:op_type`
