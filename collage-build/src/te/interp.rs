@@ -101,6 +101,7 @@ fn bitcast(d: DType, a: Scalar) -> Scalar {
         Scalar::F32(x) => x.to_bits() as u64,
         Scalar::F64(x) => x.to_bits(),
         Scalar::F16(b) | Scalar::BF16(b) => b as u64,
+        Scalar::F8(_, b) => b as u64,
         i => {
             let width = 8 * i.dtype().size() as u32;
             (i.as_int() as u64) & (u64::MAX >> (64 - width))
@@ -112,6 +113,7 @@ fn bitcast(d: DType, a: Scalar) -> Scalar {
         DType::F16 => Scalar::F16(bits as u16),
         DType::BF16 => Scalar::BF16(bits as u16),
         DType::Bool => Scalar::Bool(bits != 0),
+        d if d.is_byte_float() => Scalar::F8(d, bits as u8),
         d => Scalar::from_int(d, bits as i128),
     }
 }

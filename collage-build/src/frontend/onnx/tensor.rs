@@ -25,7 +25,14 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
     let limits = crate::ir::Limits::for_target(usize::BITS, u64::MAX);
     limits.check(&ty)?;
     let n = ty.numel();
-    let expect = ty.bytes();
+    // The types of fewer than 8 bits are packed in ONNX (two or four to a byte, the first in
+    // the low bits); here they are one to a byte.
+    let per_byte = 8 / dtype.bits().min(8);
+    let expect = if per_byte > 1 {
+        n.div_ceil(per_byte)
+    } else {
+        ty.bytes()
+    };
     let raw: Vec<u8> = if t.data_location == DataLocation::External as i32 {
         let get = |k: &str| {
             t.external_data
@@ -76,6 +83,15 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
         data
     } else if !t.raw_data.is_empty() {
         t.raw_data.clone()
+    } else if per_byte > 1 {
+        // int32_data holds the packed bytes, one per value.
+        if t.int32_data.len() != expect {
+            return Err(format!(
+                "{} values for {ty} ({expect} packed bytes)",
+                t.int32_data.len()
+            ));
+        }
+        t.int32_data.iter().map(|&v| v as u8).collect()
     } else {
         // The typed fields of `TensorProto`: floats, doubles, int64s; uint64_data for UINT32
         // and UINT64; int32_data for the other integer types and BOOL.
@@ -95,7 +111,11 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
             | DType::F8E4M3FN
             | DType::F8E4M3FNUZ
             | DType::F8E5M2
-            | DType::F8E5M2FNUZ => t.int32_data.len(),
+            | DType::F8E5M2FNUZ
+            | DType::F8E8M0 => t.int32_data.len(),
+            DType::F4E2M1 | DType::I4 | DType::U4 | DType::I2 | DType::U2 => {
+                unreachable!("packed types are read above")
+            }
         };
         if got != n {
             return Err(format!("{} values for shape {:?}", got, ty.shape));
@@ -136,12 +156,26 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     out.data[2 * i..2 * i + 2].copy_from_slice(&(*v as u16).to_le_bytes());
                 }
             }
-            DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => {
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F8E8M0 => {
                 for (i, v) in t.int32_data.iter().enumerate().take(n) {
                     out.data[i] = *v as u8;
                 }
             }
-            DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
+            DType::I32
+            | DType::Bool
+            | DType::I8
+            | DType::U8
+            | DType::I16
+            | DType::U16
+            | DType::F4E2M1
+            | DType::I4
+            | DType::U4
+            | DType::I2
+            | DType::U2 => {
                 t.int32_data
                     .iter()
                     .enumerate()
@@ -151,17 +185,62 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
         }
         return Ok(out);
     };
+    if per_byte > 1 {
+        if raw.len() != expect {
+            return Err(format!(
+                "data size {} does not match {ty} ({expect} packed bytes)",
+                raw.len()
+            ));
+        }
+        return Ok(unpack(ty, &raw));
+    }
     Tensor::from_bytes(ty.clone(), raw)
         .ok_or_else(|| format!("data size does not match {ty} ({expect} bytes)"))
 }
 
-/// Encodes a tensor as a `TensorProto` with raw data.
+/// A tensor of a type of fewer than 8 bits from its packed bytes (element `i` in bits
+/// `(i % k) * bits` up of byte `i / k`, `k` elements to a byte): the signed integers
+/// sign-extended, FLOAT4E2M1 as its code.
+fn unpack(ty: TensorType, packed: &[u8]) -> Tensor {
+    let bits = ty.dtype.bits();
+    let per_byte = 8 / bits;
+    let mask = (1u8 << bits) - 1;
+    let mut out = Tensor::zeros(ty);
+    for (i, b) in out.data.iter_mut().enumerate() {
+        let v = (packed[i / per_byte] >> ((i % per_byte) * bits)) & mask;
+        *b = match out.ty.dtype {
+            DType::I4 | DType::I2 => out.ty.dtype.wrap_int(v as i128) as i8 as u8,
+            _ => v,
+        };
+    }
+    out
+}
+
+/// The packed bytes of a tensor of a type of fewer than 8 bits (the inverse of [`unpack`]; the
+/// unused bits of the last byte are zero).
+fn pack(t: &Tensor) -> Vec<u8> {
+    let bits = t.ty.dtype.bits();
+    let per_byte = 8 / bits;
+    let mask = (1u8 << bits) - 1;
+    let mut out = vec![0u8; t.data.len().div_ceil(per_byte)];
+    for (i, &b) in t.data.iter().enumerate() {
+        out[i / per_byte] |= (b & mask) << ((i % per_byte) * bits);
+    }
+    out
+}
+
+/// Encodes a tensor as a `TensorProto` with raw data (packed for the types of fewer than 8
+/// bits).
 pub fn tensor_to_proto(t: &Tensor, name: &str) -> TensorProto {
     TensorProto {
         name: name.to_string(),
         data_type: t.ty.dtype.onnx_code(),
         dims: t.ty.shape.iter().map(|&d| d as i64).collect(),
-        raw_data: t.data.clone(),
+        raw_data: if t.ty.dtype.bits() < 8 {
+            pack(t)
+        } else {
+            t.data.clone()
+        },
         ..Default::default()
     }
 }
