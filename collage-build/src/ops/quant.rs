@@ -132,8 +132,8 @@ fn dtype_attr(cx: &OpCx, name: &str, allowed: &[DType]) -> OpResult<Option<DType
             format!("attribute `{name}` {}", names()),
             DType::onnx_name(code),
         )),
-        // A type of the ONNX standard without an element type here (float8, int4, ...).
-        None if (17..=26).contains(&code) => Err(OpError::Unsupported(format!(
+        // A type of the ONNX standard without an element type here (string, complex).
+        None if (1..=26).contains(&code) => Err(OpError::Unsupported(format!(
             "`{name}` {}",
             DType::onnx_name(code)
         ))),
@@ -1186,6 +1186,46 @@ mod tests {
         run(op, args).swap_remove(0).1
     }
 
+    /// The sub-byte integers saturate to their own range; the float types are not rounded to
+    /// integers, and a float8 output saturates unless `saturate` is 0 (then E4M3FN overflows to
+    /// NaN). Dequantizing subtracts the zero point of every type.
+    #[test]
+    fn quantize_to_the_small_types() {
+        let q = op("QuantizeLinear", &[]).unwrap();
+        let one = t(DType::F32, &[], &[1.0]);
+        let x = t(DType::F32, &[6], &[0.5, 1.5, 2.5, 100.0, -100.0, f64::NAN]);
+        let got = values(&*q, &[x, one.clone(), t(DType::I4, &[], &[1.0])]);
+        assert_eq!(got, [1., 3., 3., 7., -8., -8.]);
+        let x = t(DType::F32, &[3], &[1.5, 5.0, -1.0]);
+        let got = values(&*q, &[x.clone(), one.clone(), t(DType::U2, &[], &[0.0])]);
+        assert_eq!(got, [2., 3., 0.]);
+        let got = values(&*q, &[x.clone(), one.clone(), t(DType::I2, &[], &[-1.0])]);
+        assert_eq!(got, [1., 1., -2.]);
+        let x = t(DType::F32, &[3], &[1000.0, 1.1, 0.3]);
+        let z8 = t(DType::F8E4M3FN, &[], &[0.0]);
+        let got = values(&*q, &[x.clone(), one.clone(), z8.clone()]);
+        assert_eq!(got, [448., 1.125, 0.3125]);
+        let q0 = op("QuantizeLinear", &[("saturate", Attr::Int(0))]).unwrap();
+        let got = values(&*q0, &[x.clone(), one.clone(), z8]);
+        assert!(got[0].is_nan() && got[1..] == [1.125, 0.3125]);
+        let z4 = t(DType::F4E2M1, &[], &[0.0]);
+        let got = values(&*q, &[x, one.clone(), z4]);
+        assert_eq!(got, [6., 1., 0.5]);
+
+        let dq = op("DequantizeLinear", &[]).unwrap();
+        let two = t(DType::F32, &[], &[2.0]);
+        let x = t(DType::I4, &[3], &[-8.0, 0.0, 7.0]);
+        let got = values(&*dq, &[x, two.clone(), t(DType::I4, &[], &[-1.0])]);
+        assert_eq!(got, [-14., 2., 16.]);
+        let x = t(DType::F8E5M2, &[2], &[-96.0, 0.5]);
+        let got = values(&*dq, &[x, two.clone(), t(DType::F8E5M2, &[], &[0.5])]);
+        assert_eq!(got, [-193., 0.]);
+        // The zero point has the input's type.
+        let x = ty(DType::U4, &[2]);
+        let err = infer(&*dq, &[x, ty(DType::F32, &[]), ty(DType::U8, &[])]);
+        assert!(err.is_err());
+    }
+
     #[test]
     fn quantize_rounds_half_to_even_and_saturates() {
         let q = op("QuantizeLinear", &[]).unwrap();
@@ -1377,10 +1417,11 @@ mod tests {
         assert!(infer(&*blocked(2), &[f(&[2, 5]), f(&[2, 2])]).is_err());
         assert!(infer(&*blocked(2), &[f(&[2, 5]), f(&[1, 3])]).is_err());
         assert!(infer(&*blocked(-1), &[f(&[2, 5]), f(&[2, 3])]).is_err());
-        // output_dtype: a float, a float8 (not quantised to yet), a mismatch with the zero
-        // point.
+        // output_dtype: a float, FLOAT8E8M0 (a scale type, not a quantized one), a mismatch
+        // with the zero point.
         assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(1))]).is_err());
-        assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(17))]).is_err());
+        assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(24))]).is_err());
+        assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(17))]).is_ok());
         let q = op("QuantizeLinear", &[("output_dtype", Attr::Int(3))]).unwrap();
         assert!(infer(&*q, &[f(&[2]), f(&[]), u8t(&[])]).is_err());
         let dq = op("DequantizeLinear", &[]).unwrap();

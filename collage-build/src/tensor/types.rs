@@ -716,6 +716,168 @@ mod tests {
         assert_eq!(DType::U8.wrap_int(300), 44);
         assert_eq!(DType::I8.wrap_int(200), -56);
         assert_eq!(DType::U64.wrap_int(-1), u64::MAX as i128);
+        assert!(DType::byte_sized().iter().all(|d| d.bits() == 8 * d.size()));
+        assert!(ALL_DTYPES
+            .iter()
+            .filter(|d| !DType::byte_sized().contains(d))
+            .all(|d| d.size() == 1 && (d.is_byte_float() || d.is_sub_byte_int())));
+    }
+
+    /// The sub-byte integers wrap as two's complement of their width: every value of their
+    /// range is itself, and each value outside lands on the one congruent to it.
+    #[test]
+    fn sub_byte_ints_wrap() {
+        for d in [DType::I4, DType::U4, DType::I2, DType::U2] {
+            let (lo, hi) = d.int_range().unwrap();
+            let m = 1i128 << d.bits();
+            assert_eq!(hi - lo + 1, m, "{d}");
+            assert!(d.is_int() && d.is_sub_byte_int() && !d.is_float());
+            assert_eq!(d.is_unsigned(), lo == 0);
+            for v in -300i128..300 {
+                let w = d.wrap_int(v);
+                assert!((lo..=hi).contains(&w), "{d} {v} -> {w}");
+                assert_eq!((w - v).rem_euclid(m), 0, "{d} {v} -> {w}");
+            }
+        }
+        assert_eq!(DType::I4.wrap_int(8), -8);
+        assert_eq!(DType::I4.wrap_int(-9), 7);
+        assert_eq!(DType::U4.wrap_int(-1), 15);
+        assert_eq!(DType::I2.wrap_int(2), -2);
+        assert_eq!(DType::U2.wrap_int(5), 1);
+    }
+
+    /// Every FLOAT4E2M1 code decodes and encodes back to itself; between the codes values round
+    /// to the nearer, ties to the even code; beyond 6 (and infinity) saturates; NaN becomes a zero
+    /// of the opposite sign (as `ml_dtypes` converts it: the values below are its results).
+    #[test]
+    fn float4e2m1_round_trip() {
+        let d = DType::F4E2M1;
+        let values = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        for b in 0..16u8 {
+            let v = d.decode_byte(b).unwrap();
+            let mag = values[(b & 7) as usize];
+            assert_eq!(v, if b & 8 != 0 { -mag } else { mag });
+            assert_eq!(v.is_sign_negative(), b & 8 != 0, "-0 is 0x8");
+            assert_eq!(d.encode_byte(v), Some(b), "code {b:#x} = {v}");
+        }
+        let x = [
+            0.24,
+            0.25,
+            0.26,
+            0.75,
+            1.25,
+            1.75,
+            2.5,
+            3.5,
+            5.0,
+            5.01,
+            7.0,
+            -0.0,
+            -0.1,
+            -2.6,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        let want = [0, 0, 1, 2, 2, 4, 4, 6, 6, 7, 7, 8, 8, 13, 7, 15];
+        for (x, w) in x.into_iter().zip(want) {
+            assert_eq!(d.encode_byte(x), Some(w), "{x}");
+        }
+        assert_eq!(d.encode_byte(f64::NAN), Some(8));
+        assert_eq!(d.encode_byte(-f64::NAN), Some(0));
+    }
+
+    /// Every FLOAT8E8M0 byte is a power of two (0xff NaN) and encodes back to itself in every
+    /// rounding mode (but 2^-127 rounding up); between powers the modes differ as ONNX's reference (`to_float8e8m0`)
+    /// has them (the bytes below are its results).
+    #[test]
+    fn float8e8m0_rounding() {
+        use E8M0Round::{Down, Nearest, Up};
+        for b in 0..=255u8 {
+            let v = e8m0_decode(b);
+            if b == 0xff {
+                assert!(v.is_nan());
+            } else {
+                assert_eq!(v, 2f64.powi(b as i32 - 127));
+            }
+            for round in [Up, Down, Nearest] {
+                for saturate in [true, false] {
+                    // 2^-127 is an f32 subnormal with a fraction: rounding up gives 2^-126.
+                    let want = if b == 0 && round == Up { 1 } else { b };
+                    assert_eq!(e8m0_encode(v, round, saturate), want, "{b} {round:?}");
+                }
+            }
+        }
+        let x = [
+            0.0,
+            1.0,
+            1.5,
+            1.75,
+            0.75,
+            3.0,
+            2f64.powi(-127),
+            2f64.powi(-128),
+            2f64.powi(-126) * 0.75,
+            3e38,
+            2f64.powi(127),
+            f64::INFINITY,
+            f64::NAN,
+            -4.0,
+            1e-45,
+        ];
+        let want: [(E8M0Round, bool, [u8; 15]); 6] = [
+            (
+                Up,
+                true,
+                [
+                    0, 127, 128, 128, 127, 129, 1, 1, 1, 254, 254, 255, 255, 129, 1,
+                ],
+            ),
+            (
+                Down,
+                true,
+                [
+                    0, 127, 127, 127, 126, 128, 0, 0, 0, 254, 254, 255, 255, 129, 0,
+                ],
+            ),
+            (
+                Nearest,
+                true,
+                [
+                    0, 127, 128, 128, 127, 129, 0, 0, 1, 254, 254, 255, 255, 129, 0,
+                ],
+            ),
+            (
+                Up,
+                false,
+                [
+                    0, 127, 128, 128, 127, 129, 1, 1, 1, 255, 254, 255, 255, 129, 1,
+                ],
+            ),
+            (
+                Down,
+                false,
+                [
+                    0, 127, 127, 127, 126, 128, 0, 0, 0, 254, 254, 255, 255, 129, 0,
+                ],
+            ),
+            (
+                Nearest,
+                false,
+                [
+                    0, 127, 128, 128, 127, 129, 0, 0, 1, 255, 254, 255, 255, 129, 0,
+                ],
+            ),
+        ];
+        for (round, saturate, bytes) in want {
+            for (&x, &b) in x.iter().zip(&bytes) {
+                assert_eq!(
+                    e8m0_encode(x, round, saturate),
+                    b,
+                    "{x} {round:?} {saturate}"
+                );
+            }
+        }
+        assert_eq!(DType::F8E8M0.encode_byte(1.5), Some(128), "Cast's defaults");
     }
 
     /// Every byte of every 8-bit float decodes and encodes back to itself (NaN to NaN); values
