@@ -244,3 +244,50 @@ pub fn tensor_to_proto(t: &Tensor, name: &str) -> TensorProto {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The types of fewer than 8 bits: ONNX packs them (the first element in the low bits, the
+    /// last byte padded) in raw_data and, one packed byte per value, in int32_data; decoding
+    /// unpacks them one to a byte (sign-extended), encoding packs them again.
+    #[test]
+    fn sub_byte_types_are_packed_in_onnx() {
+        let base = Path::new(".");
+        let proto = |d: DType, n: i64, raw: Vec<u8>, ints: Vec<i32>| TensorProto {
+            data_type: d.onnx_code(),
+            dims: vec![n],
+            raw_data: raw,
+            int32_data: ints,
+            ..Default::default()
+        };
+        // INT4 7, -8, -1 (odd: the high half of the last byte is padding).
+        let t = tensor_from_proto(&proto(DType::I4, 3, vec![0x87, 0x0f], vec![]), base).unwrap();
+        assert_eq!(t.to_i64(), [7, -8, -1]);
+        assert_eq!(t.data, [7, 0xf8, 0xff]);
+        assert_eq!(tensor_to_proto(&t, "t").raw_data, [0x87, 0x0f]);
+        let t = tensor_from_proto(&proto(DType::U4, 3, vec![], vec![0x87, 0x0f]), base).unwrap();
+        assert_eq!(t.to_i64(), [7, 8, 15]);
+        // UINT2 / INT2: four to a byte.
+        let t = tensor_from_proto(&proto(DType::U2, 5, vec![0b1110_0100, 0b11], vec![]), base);
+        let t = t.unwrap();
+        assert_eq!(t.to_i64(), [0, 1, 2, 3, 3]);
+        assert_eq!(tensor_to_proto(&t, "t").raw_data, [0b1110_0100, 0b11]);
+        let t = tensor_from_proto(&proto(DType::I2, 4, vec![0b1110_0100], vec![]), base).unwrap();
+        assert_eq!(t.to_i64(), [0, 1, -2, -1]);
+        // FLOAT4E2M1: the codes 0x1 (0.5) and 0xf (-6).
+        let t = tensor_from_proto(&proto(DType::F4E2M1, 2, vec![0xf1], vec![]), base).unwrap();
+        assert_eq!(t.to_f64(), [0.5, -6.0]);
+        assert_eq!(tensor_to_proto(&t, "t").raw_data, [0xf1]);
+        // A packed length that does not match the shape is an error.
+        for (raw, ints) in [(vec![1, 2, 3], vec![]), (vec![], vec![1])] {
+            let e = tensor_from_proto(&proto(DType::I4, 3, raw, ints), base).unwrap_err();
+            assert!(e.contains("packed bytes"), "{e}");
+        }
+        // FLOAT8E8M0 is one byte per value.
+        let t = tensor_from_proto(&proto(DType::F8E8M0, 2, vec![], vec![127, 255]), base);
+        let t = t.unwrap().to_f64();
+        assert!(t[0] == 1.0 && t[1].is_nan());
+    }
+}
