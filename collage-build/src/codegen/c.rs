@@ -196,14 +196,16 @@ static inline uint8_t cl_f32_to_f4e2m1(float x) {
         : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
     return (uint8_t)(s | c);
 }
-/* FLOAT8E8M0: 2^(b - 127); 0xff is NaN. Encoding as Cast's defaults (round_mode up, saturate):
-   the f32's biased exponent, plus one when there is a fraction (but not past 2^127); NaN and
-   infinity are NaN; the sign is ignored. */
+/* FLOAT8E8M0: 2^(b - 127); 0xff is NaN. Encoding to the nearest power (DType::encode_byte; Cast
+   lowers its round_mode itself): the f32's biased exponent, plus one when the fraction's first
+   bit is set and, for the f32 subnormals, another (but not past 2^127); NaN and infinity are
+   NaN; the sign is ignored. */
 static inline float cl_f8e8m0_to_f32(uint8_t b) { return b == 0xff ? NAN : ldexpf(1.0f, (int)b - 127); }
 static inline uint8_t cl_f32_to_f8e8m0(float x) {
     uint32_t u = cl_bits_f32(x), e = (u >> 23) & 0xffu;
     if (e == 0xffu) return 0xff;
-    return (uint8_t)(e + ((u & 0x7fffffu) != 0 && e != 0xfeu));
+    int up = (u & 0x400000u) && ((u & 0x3fffffu) || e > 0) && e != 0xfeu;
+    return (uint8_t)(e + (uint32_t)up);
 }
 /* The integers of fewer than 8 bits, one per byte: a conversion keeps the low bits (two's
    complement), as a conversion to a narrower C integer type does. */

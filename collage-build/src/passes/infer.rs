@@ -209,6 +209,13 @@ fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
     attrs
         .0
         .insert("to".into(), crate::ops::Attr::Int(to.onnx_code() as i64));
+    if to == DType::F8E8M0 {
+        // To the nearest power of two, which gives each value of the type back its code (Cast's
+        // default, up, takes 2^-127, an f32 subnormal, to 2^-126).
+        attrs
+            .0
+            .insert("round_mode".into(), crate::ops::Attr::Str("nearest".into()));
+    }
     let cx = crate::ops::OpCx {
         attrs: &attrs,
         opset: 21,

@@ -341,10 +341,11 @@ impl DType {
     }
 
     /// `x` as a one-byte storage float: the nearest value (ties to even), saturating (FLOAT8E8M0:
-    /// rounding up, saturating, as `Cast`'s defaults do).
+    /// [`E8M0Round::Nearest`], saturating, which gives every code's value back its code; `Cast`
+    /// rounds up by default, [`e8m0_encode`]).
     pub fn encode_byte(self, x: f64) -> Option<u8> {
         match self {
-            DType::F8E8M0 => Some(e8m0_encode(x, E8M0Round::Up, true)),
+            DType::F8E8M0 => Some(e8m0_encode(x, E8M0Round::Nearest, true)),
             d => d.minifloat().map(|f| f.encode(x)),
         }
     }
@@ -877,7 +878,13 @@ mod tests {
                 );
             }
         }
-        assert_eq!(DType::F8E8M0.encode_byte(1.5), Some(128), "Cast's defaults");
+        // The plain conversion rounds to nearest: every code comes back.
+        for b in 0..=255u8 {
+            let d = DType::F8E8M0;
+            assert_eq!(d.encode_byte(d.decode_byte(b).unwrap()), Some(b));
+        }
+        assert_eq!(DType::F8E8M0.encode_byte(1.4), Some(127));
+        assert_eq!(DType::F8E8M0.encode_byte(1.5), Some(128));
     }
 
     /// Every byte of every 8-bit float decodes and encodes back to itself (NaN to NaN); values

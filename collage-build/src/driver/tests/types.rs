@@ -35,9 +35,27 @@ fn cast(g: &mut Graph, x: ValueId, to: DType, extra: &[(&str, Attr)]) -> ValueId
     out
 }
 
+/// An `Identity` of `x`.
+fn identity(g: &mut Graph, x: ValueId) -> ValueId {
+    let op = lookup("Identity").unwrap()(&OpCx {
+        attrs: &Attrs::default(),
+        opset: 25,
+        n_inputs: 1,
+        n_outputs: 1,
+    })
+    .unwrap();
+    let out = g.add_value(format!("y{}", g.values.len()), None);
+    g.add_node(format!("id{}", g.nodes.len()), op, vec![Some(x)], vec![out]);
+    out
+}
+
 /// Compiles `build(x)` with `x` a run-time input and with `x` a constant, runs the first, and
-/// checks that every output has the bytes the folded graph computed.
-fn check(name: &str, x: &Tensor, build: impl Fn(&mut Graph, ValueId) -> Vec<ValueId>) {
+/// checks that every output has the bytes the folded graph computed; returns the outputs.
+fn check(
+    name: &str,
+    x: &Tensor,
+    build: impl Fn(&mut Graph, ValueId) -> Vec<ValueId>,
+) -> Vec<Tensor> {
     let make = |konst: bool| {
         let mut g = Graph::new(name);
         let xv = if konst {
@@ -75,6 +93,7 @@ fn check(name: &str, x: &Tensor, build: impl Fn(&mut Graph, ValueId) -> Vec<Valu
         }
     }
     let _ = std::fs::remove_dir_all(&work);
+    got
 }
 
 /// Every f32 a conversion may treat specially: each FLOAT4E2M1 and integer value and the points
@@ -166,8 +185,8 @@ fn casts_from_the_small_types_agree_with_the_interpreter() {
                 x.data[i] = i as u8;
             }
         }
-        check(&format!("from_{d}"), &x, |g, x| {
-            [
+        let got = check(&format!("from_{d}"), &x, |g, x| {
+            let mut outs: Vec<ValueId> = [
                 DType::F32,
                 DType::F16,
                 DType::BF16,
@@ -177,7 +196,15 @@ fn casts_from_the_small_types_agree_with_the_interpreter() {
             ]
             .into_iter()
             .map(|to| cast(g, x, to, &[]))
-            .collect()
+            .collect();
+            // To its own type, and through an operator that computes on f32 (inference
+            // widens the narrow floats around it): every code comes back.
+            outs.push(cast(g, x, d, &[]));
+            outs.push(identity(g, x));
+            outs
         });
+        for t in &got[got.len() - 2..] {
+            assert_eq!(t.data, x.data, "{d}: {}", t.ty);
+        }
     }
 }
