@@ -208,7 +208,10 @@ static inline uint8_t cl_f32_to_f8e8m0(float x) {
     return (uint8_t)(e + (uint32_t)up);
 }
 /* The integers of fewer than 8 bits, one per byte: a conversion keeps the low bits (two's
-   complement), as a conversion to a narrower C integer type does. */
+   complement), as a conversion to a narrower C integer type does. From a float: truncated to
+   int64 first, NaN and values beyond int64 pinned to INT64_MIN (as x86 converts them, and the
+   interpreter), whose low bits are 0. */
+static inline int64_t cl_f2i64(double x) { return (x == x && x > -9.3e18 && x < 9.2e18) ? (int64_t)x : INT64_MIN; }
 static inline int8_t cl_wrap_i4(int64_t v) { return (int8_t)(((v & 15) ^ 8) - 8); }
 static inline uint8_t cl_wrap_u4(int64_t v) { return (uint8_t)(v & 15); }
 static inline int8_t cl_wrap_i2(int64_t v) { return (int8_t)(((v & 3) ^ 2) - 2); }
@@ -405,6 +408,8 @@ impl Emitter<'_> {
                 }
                 if d.is_narrow_float() {
                     format!("cl_f32_to_{}((float){x})", d.name())
+                } else if d.is_sub_byte_int() && from.is_float() {
+                    format!("cl_wrap_{}(cl_f2i64((double){x}))", d.name())
                 } else if d.is_sub_byte_int() {
                     format!("cl_wrap_{}((int64_t){x})", d.name())
                 } else if *d == DType::Bool {

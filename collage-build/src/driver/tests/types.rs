@@ -10,6 +10,7 @@ use crate::driver::{self, Options};
 use crate::ir::{DType, Graph, Tensor, TensorType, ValueId};
 use crate::native::NativeModel;
 use crate::ops::{lookup, Attr, Attrs, OpCx};
+use crate::tensor::{e8m0_encode, E8M0Round};
 
 /// A `Cast` of `x` to `to` with extra attributes (`saturate`, `round_mode`).
 fn cast(g: &mut Graph, x: ValueId, to: DType, extra: &[(&str, Attr)]) -> ValueId {
@@ -132,7 +133,7 @@ fn probes() -> Vec<f32> {
 fn casts_to_the_small_types_agree_with_the_interpreter() {
     let v = probes();
     let x = Tensor::from_f32(&[v.len()], &v);
-    check("to_small", &x, |g, x| {
+    let got = check("to_small", &x, |g, x| {
         let mut outs: Vec<ValueId> = [
             DType::I4,
             DType::U4,
@@ -159,6 +160,38 @@ fn casts_to_the_small_types_agree_with_the_interpreter() {
         outs.push(cast(g, h, DType::I4, &[]));
         outs
     });
+    // And with the reference conversions of `tensor` (tested against ONNX's results there):
+    // FLOAT4E2M1, then FLOAT8E8M0 by Cast's default and in each mode.
+    let want = |f: &dyn Fn(f64) -> u8| -> Vec<u8> { v.iter().map(|&x| f(x as f64)).collect() };
+    assert_eq!(
+        got[4].data,
+        want(&|x| DType::F4E2M1.encode_byte(x).unwrap())
+    );
+    assert_eq!(got[5].data, want(&|x| e8m0_encode(x, E8M0Round::Up, true)));
+    let mut k = 6;
+    for round in [E8M0Round::Up, E8M0Round::Down, E8M0Round::Nearest] {
+        for saturate in [false, true] {
+            let w = want(&|x| e8m0_encode(x, round, saturate));
+            assert_eq!(got[k].data, w, "{round:?} saturate {saturate}");
+            k += 1;
+        }
+    }
+    // The integers wrap (NaN and beyond i64: INT64_MIN, as x86 converts them, so 0).
+    let wrap = |x: f32, d: DType| {
+        let i = if x.is_nan() || x.abs() >= 9.2e18 {
+            0
+        } else {
+            x as i64 as i128
+        };
+        d.wrap_int(i) as u8
+    };
+    for (k, d) in [DType::I4, DType::U4, DType::I2, DType::U2]
+        .into_iter()
+        .enumerate()
+    {
+        let w: Vec<u8> = v.iter().map(|&x| wrap(x, d)).collect();
+        assert_eq!(got[k].data, w, "{d}");
+    }
 }
 
 #[test]
