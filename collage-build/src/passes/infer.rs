@@ -184,11 +184,11 @@ fn depends_on(
 /// rounded to the narrow type once).
 #[derive(Default)]
 struct Halves {
-    /// The f32 version of each 16-bit value read so far.
+    /// The f32 version of each narrow float value read so far.
     widened: HashMap<ValueId, ValueId>,
 }
 
-/// The operators that read and write the 16-bit floats themselves.
+/// The operators that read and write the narrow floats themselves.
 fn converts_halves(op_type: &str) -> bool {
     matches!(op_type, "Cast" | "CastLike" | "BitCast")
 }
