@@ -180,6 +180,42 @@ CL_F8(f8e4m3fn, 3, 7, 0, 448.0f)
 CL_F8(f8e4m3fnuz, 3, 8, 1, 240.0f)
 CL_F8(f8e5m2, 2, 15, 2, 57344.0f)
 CL_F8(f8e5m2fnuz, 2, 16, 1, 57344.0f)
+/* FLOAT4E2M1, one per byte in the low four bits: sign, 2 exponent bits (bias 1), 1 mantissa bit;
+   no infinity, no NaN. Encoding rounds to nearest even (the comparisons below are the midpoints,
+   each tie going to the even code) and saturates at 6; NaN becomes a zero of the opposite sign,
+   as ml_dtypes (ONNX's reference) converts it. */
+static inline float cl_f4e2m1_to_f32(uint8_t b) {
+    static const float v[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return (b & 8) ? -v[b & 7] : v[b & 7];
+}
+static inline uint8_t cl_f32_to_f4e2m1(float x) {
+    uint8_t s = signbit(x) ? 8 : 0;
+    if (x != x) return (uint8_t)(s ^ 8);
+    float a = fabsf(x);
+    uint8_t c = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3
+        : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
+    return (uint8_t)(s | c);
+}
+/* FLOAT8E8M0: 2^(b - 127); 0xff is NaN. Encoding to the nearest power (DType::encode_byte; Cast
+   lowers its round_mode itself): the f32's biased exponent, plus one when the fraction's first
+   bit is set and, for the f32 subnormals, another (but not past 2^127); NaN and infinity are
+   NaN; the sign is ignored. */
+static inline float cl_f8e8m0_to_f32(uint8_t b) { return b == 0xff ? NAN : ldexpf(1.0f, (int)b - 127); }
+static inline uint8_t cl_f32_to_f8e8m0(float x) {
+    uint32_t u = cl_bits_f32(x), e = (u >> 23) & 0xffu;
+    if (e == 0xffu) return 0xff;
+    int up = (u & 0x400000u) && ((u & 0x3fffffu) || e > 0) && e != 0xfeu;
+    return (uint8_t)(e + (uint32_t)up);
+}
+/* The integers of fewer than 8 bits, one per byte: a conversion keeps the low bits (two's
+   complement), as a conversion to a narrower C integer type does. From a float: truncated to
+   int64 first, NaN and values beyond int64 pinned to INT64_MIN (as x86 converts them, and the
+   interpreter), whose low bits are 0. */
+static inline int64_t cl_f2i64(double x) { return (x == x && x > -9.3e18 && x < 9.2e18) ? (int64_t)x : INT64_MIN; }
+static inline int8_t cl_wrap_i4(int64_t v) { return (int8_t)(((v & 15) ^ 8) - 8); }
+static inline uint8_t cl_wrap_u4(int64_t v) { return (uint8_t)(v & 15); }
+static inline int8_t cl_wrap_i2(int64_t v) { return (int8_t)(((v & 3) ^ 2) - 2); }
+static inline uint8_t cl_wrap_u2(int64_t v) { return (uint8_t)(v & 3); }
 
 #define CL_FLOAT_OPS(T, S) \
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
@@ -372,6 +408,10 @@ impl Emitter<'_> {
                 }
                 if d.is_narrow_float() {
                     format!("cl_f32_to_{}((float){x})", d.name())
+                } else if d.is_sub_byte_int() && from.is_float() {
+                    format!("cl_wrap_{}(cl_f2i64((double){x}))", d.name())
+                } else if d.is_sub_byte_int() {
+                    format!("cl_wrap_{}((int64_t){x})", d.name())
                 } else if *d == DType::Bool {
                     format!("((uint8_t)({x} != 0))")
                 } else {

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::error::OpError;
 use crate::te::{BinOp, Expr, Scalar, UnOp};
-use crate::tensor::{DType, TensorType};
+use crate::tensor::{DType, E8M0Round, TensorType};
 
 /// The output element type of an elementwise operator.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -137,6 +137,11 @@ impl Operator for Ew {
 
     fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<crate::te::Src>> {
         let out = cx.output(0).clone();
+        // A cast to the input's own type is no conversion (FLOAT8E8M0's, rounding up by default,
+        // would take 2^-127 to 2^-126).
+        if matches!(self.op_type, "Cast" | "CastLike") && *cx.input(0) == out {
+            return Ok(vec![crate::te::Src::Arg(0)]);
+        }
         let args: Vec<Option<Expr>> = (0..cx.inputs.len())
             .map(|i| {
                 (cx.has(i) && !(self.op_type == "CastLike" && i == 1))
@@ -276,8 +281,13 @@ fn sigmoid(x: Expr, d: DType) -> Expr {
 
 /// `x` converted to `d`. Conversions to an 8-bit float saturate at its largest finite value
 /// (`Expr::cast`); with `saturate` = 0 a value that rounds past it (and infinity) becomes
-/// infinity where the type has one (E5M2), NaN where not, as ONNX's Cast specifies.
-fn cast(x: Expr, d: DType, saturate: bool) -> Expr {
+/// infinity where the type has one (E5M2), NaN where not, as ONNX's Cast specifies. FLOAT4E2M1
+/// always saturates (it has neither infinity nor NaN); FLOAT8E8M0 rounds as `round` says
+/// ([`e8m0`]).
+pub(crate) fn cast(x: Expr, d: DType, saturate: bool, round: E8M0Round) -> Expr {
+    if d == DType::F8E8M0 {
+        return e8m0(x, round, saturate);
+    }
     let Some(f8) = d.float8().filter(|_| !saturate) else {
         return x.cast(d);
     };
@@ -301,6 +311,70 @@ fn cast(x: Expr, d: DType, saturate: bool) -> Expr {
         _ => Expr::Const(Scalar::F8(d, f8.nan())),
     };
     Expr::select(big, overflow, x.cast(d))
+}
+
+/// `x` converted to FLOAT8E8M0 with a rounding mode and saturation (Cast's `round_mode` and
+/// `saturate`), as [`crate::tensor::e8m0_encode`] does it, on the bits of `x` as f32: its
+/// biased exponent, plus one when `round` rounds the fraction up (without `saturate`, past
+/// 2^127 to 0xff, NaN); NaN and infinity are NaN.
+fn e8m0(x: Expr, round: E8M0Round, saturate: bool) -> Expr {
+    let u = |v: u32| Expr::Const(Scalar::U32(v));
+    let bits = Expr::Un(UnOp::BitCast(DType::U32), Box::new(x.cast(DType::F32)));
+    let e = bits.clone().shr(u(23)).bitand(u(0xff));
+    let up = match round {
+        E8M0Round::Down => Expr::bool(false),
+        E8M0Round::Up => bits.bitand(u(0x7f_ffff)).ne(u(0)),
+        E8M0Round::Nearest => {
+            let guard = bits.clone().bitand(u(0x40_0000)).ne(u(0));
+            let rest = bits.bitand(u(0x3f_ffff)).ne(u(0));
+            guard.and(rest.or(e.clone().gt(u(0))))
+        }
+    };
+    let up = if saturate {
+        up.and(e.clone().ne(u(0xfe)))
+    } else {
+        up
+    };
+    let code = Expr::select(
+        e.clone().eq(u(0xff)),
+        u(0xff),
+        e.add(Expr::select(up, u(1), u(0))),
+    );
+    Expr::Un(UnOp::BitCast(DType::F8E8M0), Box::new(code.cast(DType::U8)))
+}
+
+/// Cast's `round_mode` attribute (`up` by default; it concerns FLOAT8E8M0 only).
+fn round_mode(cx: &OpCx) -> OpResult<E8M0Round> {
+    match cx.attrs.string("round_mode", "up")?.as_str() {
+        "up" => Ok(E8M0Round::Up),
+        "down" => Ok(E8M0Round::Down),
+        "nearest" => Ok(E8M0Round::Nearest),
+        other => Err(OpError::expected(
+            "attribute round_mode up, down or nearest",
+            format!("{other:?}"),
+        )),
+    }
+}
+
+/// The rounding mode of a Cast (or CastLike) whose `n` is [`cast_flags`]'s.
+fn round_of(n: i64) -> E8M0Round {
+    match n >> 1 {
+        1 => E8M0Round::Down,
+        2 => E8M0Round::Nearest,
+        _ => E8M0Round::Up,
+    }
+}
+
+/// Cast's and CastLike's attributes in the operator's `n`: bit 0 `saturate`, the bits above the
+/// rounding mode (0 up, 1 down, 2 nearest).
+fn cast_flags(cx: &OpCx) -> OpResult<i64> {
+    let saturate = (cx.attrs.int("saturate", 1)? != 0) as i64;
+    let round = match round_mode(cx)? {
+        E8M0Round::Up => 0,
+        E8M0Round::Down => 1,
+        E8M0Round::Nearest => 2,
+    };
+    Ok(saturate | round << 1)
 }
 
 fn softplus(x: Expr, d: DType) -> Expr {
@@ -597,17 +671,17 @@ pub const OPS: &[(&str, Constructor)] = &[
         let d = DType::from_onnx(to)
             .ok_or_else(|| OpError::Unsupported(format!("Cast to {}", DType::onnx_name(to))))?;
         let mut e = ew("Cast", ALL, OutTy::To(d), |o, a, d| {
-            cast(a0(a), d, o.n != 0)
+            cast(a0(a), d, o.n & 1 != 0, round_of(o.n))
         });
-        e.n = cx.attrs.int("saturate", 1)?;
+        e.n = cast_flags(cx)?;
         Ok(Arc::new(e))
     }),
     ("CastLike", |cx| {
         let mut e = ew("CastLike", ALL, OutTy::Second, |o, a, d| {
-            cast(a0(a), d, o.n != 0)
+            cast(a0(a), d, o.n & 1 != 0, round_of(o.n))
         });
         e.same_types = false;
-        e.n = cx.attrs.int("saturate", 1)?;
+        e.n = cast_flags(cx)?;
         Ok(Arc::new(e))
     }),
     ("Identity", |_| {

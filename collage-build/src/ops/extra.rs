@@ -20,9 +20,10 @@ use crate::tensor::{DType, TensorType};
 /// Integer index types.
 pub(super) const INDEX: &[DType] = &[DType::I32, DType::I64];
 
-/// The types whose values [`Expr`] constants and the interpreter represent: every type but the
-/// 8-bit floats (the last four of [`ALL`]).
-const PLAIN: &[DType] = ALL.split_at(ALL.len() - 4).0;
+/// The types whose values [`Expr`] constants and the interpreter represent as such (`BitCast`,
+/// `EyeLike`, `OneHot`'s values, ...): the numeric types, Bool and the 16-bit floats (not the
+/// one-byte floats nor the integers of fewer than 8 bits).
+const PLAIN: &[DType] = DType::byte_sized();
 
 /// The numeric types and the 16-bit floats (the window functions' output types).
 const NUMERIC_HALVES: &[DType] = &[

@@ -4,7 +4,8 @@
 //!
 //! Quantization divides by the scale, rounds half to even, adds the zero point and saturates to
 //! the output type's range, all in floating point (NaN saturates to the lowest value), then
-//! converts. The contractions subtract their zero points in i32 stages and lower the contraction
+//! converts; to a float type (float8, FLOAT4E2M1) it divides, adds the zero point and converts
+//! (rounding to the type's nearest value, saturating as `Cast` does). The contractions subtract their zero points in i32 stages and lower the contraction
 //! itself through the `MatMul` / `Conv` operators of the `matmul` / `nn` families over those
 //! stages, so that it accumulates in i32; the quantized ones then requantize the i32 result in
 //! f64: `saturate(round(acc * (scale_a * scale_b / scale_y) + zero_point_y))`, the multiplier
@@ -17,10 +18,26 @@ use super::{
 };
 use crate::error::OpError;
 use crate::te::{bcast_index, Expr, RedOp, Src};
-use crate::tensor::{DType, TensorType};
+use crate::tensor::{DType, E8M0Round, TensorType};
 
-/// The integer types a tensor is quantized to.
-const QUANT: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16];
+/// The types a tensor is quantized to: integers (of 16 bits and less) and the float8 types and
+/// FLOAT4E2M1 (`passes/infer.rs` does not widen these floats where they are the quantized
+/// operand).
+const QUANT: &[DType] = &[
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I4,
+    DType::U4,
+    DType::I2,
+    DType::U2,
+    DType::F8E4M3FN,
+    DType::F8E4M3FNUZ,
+    DType::F8E5M2,
+    DType::F8E5M2FNUZ,
+    DType::F4E2M1,
+];
 /// The element types of the integer contractions' operands.
 const BYTES: &[DType] = &[DType::I8, DType::U8];
 /// What QuantizeLinear quantizes, and its scales.
@@ -29,7 +46,22 @@ const Q_INPUTS: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::F16, DTy
 /// operators see them; read as such, they round as their type would.
 const SCALES: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
 /// What DequantizeLinear dequantizes.
-const DQ_INPUTS: &[DType] = &[DType::I8, DType::U8, DType::I16, DType::U16, DType::I32];
+const DQ_INPUTS: &[DType] = &[
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::I4,
+    DType::U4,
+    DType::I2,
+    DType::U2,
+    DType::F8E4M3FN,
+    DType::F8E4M3FNUZ,
+    DType::F8E5M2,
+    DType::F8E5M2FNUZ,
+    DType::F4E2M1,
+];
 /// DequantizeLinear's output types.
 const DQ_OUTPUTS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
 /// The types of QuantizeLinear's `precision` attribute.
@@ -100,8 +132,8 @@ fn dtype_attr(cx: &OpCx, name: &str, allowed: &[DType]) -> OpResult<Option<DType
             format!("attribute `{name}` {}", names()),
             DType::onnx_name(code),
         )),
-        // A type of the ONNX standard without an element type here (float8, int4, ...).
-        None if (17..=26).contains(&code) => Err(OpError::Unsupported(format!(
+        // A type of the ONNX standard without an element type here (string, complex).
+        None if (1..=26).contains(&code) => Err(OpError::Unsupported(format!(
             "`{name}` {}",
             DType::onnx_name(code)
         ))),
@@ -221,13 +253,16 @@ fn check_zero_point(scale: &[usize], zp: &[usize]) -> OpResult<()> {
 }
 
 /// `QuantizeLinear`: `saturate(round(x / y_scale) + y_zero_point)`, per tensor, per axis or
-/// blocked.
+/// blocked. To a float type (float8, FLOAT4E2M1): `x / y_scale + y_zero_point` (not rounded to
+/// an integer) converted to the type, saturating at its largest value unless `saturate` is 0
+/// (float8 only, as `Cast`).
 #[derive(Debug)]
 struct QuantizeLinear {
     axis: i64,
     block_size: i64,
     output_dtype: Option<DType>,
     precision: Option<DType>,
+    saturate: bool,
 }
 
 impl Operator for QuantizeLinear {
@@ -295,16 +330,26 @@ impl Operator for QuantizeLinear {
             s.dtype,
             cd,
         ));
-        let mut q = narrow(xv.div(sv)).round();
+        let mut q = narrow(xv.div(sv));
+        if !out.dtype.is_float() {
+            q = q.round();
+        }
         if cx.has(2) {
             let z = cx.input(2).clone();
             q = q.add(Expr::load(Src::Arg(2), g.index(&z.shape)).cast(cd));
         }
-        Ok(vec![cx.stage(out.clone(), saturate(q, cd, out.dtype))])
+        let y = if out.dtype.is_float() {
+            super::elementwise::cast(q, out.dtype, self.saturate, E8M0Round::Up)
+        } else {
+            saturate(q, cd, out.dtype)
+        };
+        Ok(vec![cx.stage(out.clone(), y)])
     }
 }
 
-/// `DequantizeLinear`: `(x - x_zero_point) * x_scale`, per tensor, per axis or blocked.
+/// `DequantizeLinear`: `(x - x_zero_point) * x_scale`, per tensor, per axis or blocked (the
+/// float8 and FLOAT4E2M1 inputs too: their zero point, usually zero, is subtracted as the
+/// formula says).
 #[derive(Debug)]
 struct DequantizeLinear {
     axis: i64,
@@ -1030,13 +1075,13 @@ impl Operator for QLinearConv {
 /// The registry of this family.
 pub const OPS: &[(&str, Constructor)] = &[
     ("QuantizeLinear", |cx: &OpCx| {
-        // `saturate` only concerns the float8 types, which have no element type here.
-        cx.attrs.int("saturate", 1)?;
         Ok(Arc::new(QuantizeLinear {
             axis: cx.attrs.int("axis", 1)?,
             block_size: cx.attrs.int("block_size", 0)?,
             output_dtype: dtype_attr(cx, "output_dtype", QUANT)?,
             precision: dtype_attr(cx, "precision", PRECISIONS)?,
+            // It concerns the float8 outputs only.
+            saturate: cx.attrs.int("saturate", 1)? != 0,
         }))
     }),
     ("DequantizeLinear", |cx: &OpCx| {
@@ -1139,6 +1184,46 @@ mod tests {
 
     fn values(op: &dyn Operator, args: &[Option<Tensor>]) -> Vec<f64> {
         run(op, args).swap_remove(0).1
+    }
+
+    /// The sub-byte integers saturate to their own range; the float types are not rounded to
+    /// integers, and a float8 output saturates unless `saturate` is 0 (then E4M3FN overflows to
+    /// NaN). Dequantizing subtracts the zero point of every type.
+    #[test]
+    fn quantize_to_the_small_types() {
+        let q = op("QuantizeLinear", &[]).unwrap();
+        let one = t(DType::F32, &[], &[1.0]);
+        let x = t(DType::F32, &[6], &[0.5, 1.5, 2.5, 100.0, -100.0, f64::NAN]);
+        let got = values(&*q, &[x, one.clone(), t(DType::I4, &[], &[1.0])]);
+        assert_eq!(got, [1., 3., 3., 7., -8., -8.]);
+        let x = t(DType::F32, &[3], &[1.5, 5.0, -1.0]);
+        let got = values(&*q, &[x.clone(), one.clone(), t(DType::U2, &[], &[0.0])]);
+        assert_eq!(got, [2., 3., 0.]);
+        let got = values(&*q, &[x.clone(), one.clone(), t(DType::I2, &[], &[-1.0])]);
+        assert_eq!(got, [1., 1., -2.]);
+        let x = t(DType::F32, &[3], &[1000.0, 1.1, 0.3]);
+        let z8 = t(DType::F8E4M3FN, &[], &[0.0]);
+        let got = values(&*q, &[x.clone(), one.clone(), z8.clone()]);
+        assert_eq!(got, [448., 1.125, 0.3125]);
+        let q0 = op("QuantizeLinear", &[("saturate", Attr::Int(0))]).unwrap();
+        let got = values(&*q0, &[x.clone(), one.clone(), z8]);
+        assert!(got[0].is_nan() && got[1..] == [1.125, 0.3125]);
+        let z4 = t(DType::F4E2M1, &[], &[0.0]);
+        let got = values(&*q, &[x, one.clone(), z4]);
+        assert_eq!(got, [6., 1., 0.5]);
+
+        let dq = op("DequantizeLinear", &[]).unwrap();
+        let two = t(DType::F32, &[], &[2.0]);
+        let x = t(DType::I4, &[3], &[-8.0, 0.0, 7.0]);
+        let got = values(&*dq, &[x, two.clone(), t(DType::I4, &[], &[-1.0])]);
+        assert_eq!(got, [-14., 2., 16.]);
+        let x = t(DType::F8E5M2, &[2], &[-96.0, 0.5]);
+        let got = values(&*dq, &[x, two.clone(), t(DType::F8E5M2, &[], &[0.5])]);
+        assert_eq!(got, [-193., 0.]);
+        // The zero point has the input's type.
+        let x = ty(DType::U4, &[2]);
+        let err = infer(&*dq, &[x, ty(DType::F32, &[]), ty(DType::U8, &[])]);
+        assert!(err.is_err());
     }
 
     #[test]
@@ -1332,10 +1417,11 @@ mod tests {
         assert!(infer(&*blocked(2), &[f(&[2, 5]), f(&[2, 2])]).is_err());
         assert!(infer(&*blocked(2), &[f(&[2, 5]), f(&[1, 3])]).is_err());
         assert!(infer(&*blocked(-1), &[f(&[2, 5]), f(&[2, 3])]).is_err());
-        // output_dtype: a float, a float8 (not quantised to yet), a mismatch with the zero
-        // point.
+        // output_dtype: a float, FLOAT8E8M0 (a scale type, not a quantized one), a mismatch
+        // with the zero point.
         assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(1))]).is_err());
-        assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(17))]).is_err());
+        assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(24))]).is_err());
+        assert!(op("QuantizeLinear", &[("output_dtype", Attr::Int(17))]).is_ok());
         let q = op("QuantizeLinear", &[("output_dtype", Attr::Int(3))]).unwrap();
         assert!(infer(&*q, &[f(&[2]), f(&[]), u8t(&[])]).is_err());
         let dq = op("DequantizeLinear", &[]).unwrap();

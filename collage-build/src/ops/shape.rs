@@ -31,6 +31,7 @@ fn scalar_of(t: &Tensor) -> Scalar {
     match t.ty.dtype {
         DType::Bool => Scalar::Bool(t.get_i64(0) != 0),
         d if d.is_int() => Scalar::from_int(d, t.get_int(0)),
+        d if d.is_byte_float() => Scalar::F8(d, t.data[0]),
         d => Scalar::from_f64(d, t.get_f64(0)),
     }
 }

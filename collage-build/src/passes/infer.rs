@@ -201,18 +201,30 @@ fn depends_on(
     out
 }
 
-/// The 16-bit floats (`f16`, `bf16`) are storage types: every operator but the conversions
-/// computes on f32, between casts this pass inserts (as ONNX Runtime's CPU kernels and numpy's
-/// float16 arithmetic do: each operator's result is rounded to the 16-bit type once).
+/// The narrow floats (`f16`, `bf16`, the float8 types, FLOAT4E2M1, FLOAT8E8M0) are storage
+/// types: every operator but the conversions computes on f32, between casts this pass inserts
+/// (as ONNX Runtime's CPU kernels and numpy's float16 arithmetic do: each operator's result is
+/// rounded to the narrow type once).
 #[derive(Default)]
 struct Halves {
-    /// The f32 version of each 16-bit value read so far.
+    /// The f32 version of each narrow float value read so far.
     widened: HashMap<ValueId, ValueId>,
 }
 
-/// The operators that read and write the 16-bit floats themselves.
+/// The operators that read and write the narrow floats themselves.
 fn converts_halves(op_type: &str) -> bool {
     matches!(op_type, "Cast" | "CastLike" | "BitCast")
+}
+
+/// The inputs an operator reads in their own narrow float type rather than widened: the
+/// quantized operands of `QuantizeLinear` (its zero point, whose type is the output's) and
+/// `DequantizeLinear` (the quantized input and its zero point), which convert them themselves.
+fn reads_narrow(op_type: &str, k: usize) -> bool {
+    match op_type {
+        "QuantizeLinear" => k == 2,
+        "DequantizeLinear" => k == 0 || k == 2,
+        _ => false,
+    }
 }
 
 fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
@@ -220,6 +232,13 @@ fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
     attrs
         .0
         .insert("to".into(), crate::ops::Attr::Int(to.onnx_code() as i64));
+    if to == DType::F8E8M0 {
+        // To the nearest power of two, which gives each value of the type back its code (Cast's
+        // default, up, takes 2^-127, an f32 subnormal, to 2^-126).
+        attrs
+            .0
+            .insert("round_mode".into(), crate::ops::Attr::Str("nearest".into()));
+    }
     let cx = crate::ops::OpCx {
         attrs: &attrs,
         opset: 21,
@@ -250,7 +269,7 @@ impl Halves {
             let Some(d) = g.value(v).ty.as_ref().map(|t| t.dtype) else {
                 continue;
             };
-            if !d.is_narrow_float() {
+            if !d.is_narrow_float() || reads_narrow(node.op.op_type(), k) {
                 continue;
             }
             low.get_or_insert(d);

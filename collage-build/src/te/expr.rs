@@ -42,8 +42,11 @@ pub enum Scalar {
     F16(u16),
     /// bfloat16, as its bits.
     BF16(u16),
-    /// An 8-bit float of the type, as its byte.
+    /// A one-byte storage float of the type (the float8 types, FLOAT8E8M0, FLOAT4E2M1), as its
+    /// byte.
     F8(DType, u8),
+    /// An integer of fewer than 8 bits of the type (INT4, UINT4, INT2, UINT2), as its value.
+    Small(DType, i8),
 }
 
 impl Scalar {
@@ -63,7 +66,7 @@ impl Scalar {
             Scalar::U64(_) => DType::U64,
             Scalar::F16(_) => DType::F16,
             Scalar::BF16(_) => DType::BF16,
-            Scalar::F8(d, _) => d,
+            Scalar::F8(d, _) | Scalar::Small(d, _) => d,
         }
     }
 
@@ -74,7 +77,7 @@ impl Scalar {
             DType::F64 => Scalar::F64(v),
             DType::F16 => Scalar::F16(half::f16::from_f64(v).to_bits()),
             DType::BF16 => Scalar::BF16(half::bf16::from_f64(v).to_bits()),
-            d if d.float8().is_some() => Scalar::F8(d, d.float8().expect("checked").encode(v)),
+            d if d.is_byte_float() => Scalar::F8(d, d.encode_byte(v).expect("a one-byte float")),
             DType::Bool => Scalar::Bool(v != 0.0),
             d => {
                 let (lo, hi) = d.int_range().expect("an integer type");
@@ -104,6 +107,7 @@ impl Scalar {
             DType::U32 => Scalar::U32(w as u32),
             DType::I64 => Scalar::I64(w as i64),
             DType::U64 => Scalar::U64(w as u64),
+            d if d.is_sub_byte_int() => Scalar::Small(d, w as i8),
             _ => Scalar::from_f64(dtype, v as f64),
         }
     }
@@ -115,7 +119,7 @@ impl Scalar {
             Scalar::F64(v) => v,
             Scalar::F16(b) => half::f16::from_bits(b).to_f64(),
             Scalar::BF16(b) => half::bf16::from_bits(b).to_f64(),
-            Scalar::F8(d, b) => d.float8().expect("an 8-bit float").decode(b),
+            Scalar::F8(d, b) => d.decode_byte(b).expect("a one-byte float"),
             i => i.as_int() as f64,
         }
     }
@@ -135,6 +139,7 @@ impl Scalar {
             Scalar::U32(v) => v as i128,
             Scalar::I64(v) => v as i128,
             Scalar::U64(v) => v as i128,
+            Scalar::Small(_, v) => v as i128,
         }
     }
 

@@ -18,16 +18,20 @@ fn load(t: &Tensor, flat: i64) -> Scalar {
     match t.ty.dtype {
         DType::F32 => Scalar::F32(t.get_f64(i) as f32),
         DType::F64 => Scalar::F64(t.get_f64(i)),
+        // The one-byte floats as their byte (decoding and encoding again need not give it back:
+        // FLOAT8E8M0 rounds 2^-127, an f32 subnormal, up).
+        d if d.is_byte_float() => Scalar::F8(d, t.data[i]),
         d if d.is_narrow_float() => Scalar::from_f64(d, t.get_f64(i)),
         d => Scalar::from_int(d, t.get_int(i)),
     }
 }
 
 fn store(t: &mut Tensor, i: usize, v: Scalar) {
-    if v.dtype().is_float() {
-        t.set_f64(i, v.as_f64())
-    } else {
-        t.set_int(i, v.as_int())
+    match v {
+        // A one-byte float as its byte (see `load`).
+        Scalar::F8(d, b) if d == t.ty.dtype => t.data[i] = b,
+        v if v.dtype().is_float() => t.set_f64(i, v.as_f64()),
+        v => t.set_int(i, v.as_int()),
     }
 }
 
@@ -101,6 +105,7 @@ fn bitcast(d: DType, a: Scalar) -> Scalar {
         Scalar::F32(x) => x.to_bits() as u64,
         Scalar::F64(x) => x.to_bits(),
         Scalar::F16(b) | Scalar::BF16(b) => b as u64,
+        Scalar::F8(_, b) => b as u64,
         i => {
             let width = 8 * i.dtype().size() as u32;
             (i.as_int() as u64) & (u64::MAX >> (64 - width))
@@ -112,6 +117,7 @@ fn bitcast(d: DType, a: Scalar) -> Scalar {
         DType::F16 => Scalar::F16(bits as u16),
         DType::BF16 => Scalar::BF16(bits as u16),
         DType::Bool => Scalar::Bool(bits != 0),
+        d if d.is_byte_float() => Scalar::F8(d, bits as u8),
         d => Scalar::from_int(d, bits as i128),
     }
 }
@@ -285,6 +291,8 @@ fn cmp(op: BinOp, o: Option<std::cmp::Ordering>) -> bool {
 
 fn cast(d: DType, v: Scalar) -> Scalar {
     match d {
+        // No conversion (a one-byte float decoded and encoded again need not give its byte).
+        d if v.dtype() == d => v,
         DType::Bool => Scalar::Bool(!v.is_zero()),
         d if d.is_int() => match v {
             f if f.dtype().is_float() => {

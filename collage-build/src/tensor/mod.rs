@@ -4,5 +4,8 @@
 mod types;
 mod value;
 
-pub use types::{strides, DType, Float8, Float8Kind, Limits, TensorType, ALL_DTYPES};
+pub use types::{
+    e8m0_decode, e8m0_encode, strides, DType, E8M0Round, Float8, Float8Kind, Limits, TensorType,
+    ALL_DTYPES,
+};
 pub use value::{compare, pseudo_random, Tensor};

@@ -39,12 +39,30 @@ pub enum DType {
     F8E5M2,
     /// 8-bit float E5M2FNUZ (no infinity, no negative zero; NaN is 0x80).
     F8E5M2FNUZ,
+    /// 4-bit float E2M1 (no infinity, no NaN), stored one per byte in its low four bits; a
+    /// storage type like [`DType::F16`]. Packed two per byte only in ONNX files.
+    F4E2M1,
+    /// 8-bit float E8M0: a power of two 2^(byte - 127), no sign, no zero; 0xff is NaN. A storage
+    /// type like [`DType::F16`].
+    F8E8M0,
+    /// 4-bit signed integer, stored one per byte (an `i8` in -8..=7). Packed two per byte only
+    /// in ONNX files.
+    I4,
+    /// 4-bit unsigned integer, stored one per byte (a `u8` in 0..=15).
+    U4,
+    /// 2-bit signed integer, stored one per byte (an `i8` in -2..=1). Packed four per byte
+    /// only in ONNX files.
+    I2,
+    /// 2-bit unsigned integer, stored one per byte (a `u8` in 0..=3).
+    U2,
 }
 
-/// The encoding of an 8-bit float type.
+/// The encoding of an 8-bit float type (and of the 4-bit FLOAT4E2M1).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Float8 {
-    /// Mantissa bits (3 or 2; the exponent has the other 7 - `man`).
+    /// Bits of the encoding: 8, or 4 for FLOAT4E2M1 (stored in the low bits of a byte).
+    pub width: i32,
+    /// Mantissa bits (3, 2 or 1; the exponent has the other `width` - 1 - `man`).
     pub man: i32,
     /// Exponent bias.
     pub bias: i32,
@@ -63,23 +81,34 @@ pub enum Float8Kind {
     Fnuz,
     /// IEEE-like: exponent all ones is infinity (mantissa 0) or NaN (E5M2).
     Ieee,
+    /// No infinity, no NaN (FLOAT4E2M1): NaN encodes as a zero of the opposite sign, as
+    /// `ml_dtypes` (which the ONNX reference implementation uses) converts it.
+    Finite,
 }
 
 impl Float8 {
-    /// The byte of NaN.
+    /// The sign bit.
+    fn sign(self) -> u8 {
+        1 << (self.width - 1)
+    }
+
+    /// The byte of NaN (the `Finite` kind has none: its positive zero).
     pub fn nan(self) -> u8 {
         match self.kind {
             Float8Kind::Fnuz => 0x80,
+            Float8Kind::Finite => 0,
             _ => 0x7f,
         }
     }
 
-    /// The value of byte `b`.
+    /// The value of byte `b` (bits above `width` ignored).
     pub fn decode(self, b: u8) -> f64 {
         let (man, bias) = (self.man, self.bias);
-        let e = ((b & 0x7f) >> man) as i32;
+        let sign = self.sign();
+        let b = b & (sign | (sign - 1));
+        let e = ((b & (sign - 1)) >> man) as i32;
         let m = (b & ((1u8 << man) - 1)) as f64;
-        let emax = (1 << (7 - man)) - 1;
+        let emax = (1 << (self.width - 1 - man)) - 1;
         match self.kind {
             Float8Kind::Fnuz if b == 0x80 => return f64::NAN,
             Float8Kind::Fn if b & 0x7f == 0x7f => return f64::NAN,
@@ -99,7 +128,7 @@ impl Float8 {
         } else {
             (m + (1 << man) as f64) * 2f64.powi(e - bias - man)
         };
-        if b & 0x80 != 0 {
+        if b & sign != 0 {
             -v
         } else {
             v
@@ -107,12 +136,16 @@ impl Float8 {
     }
 
     /// The byte nearest `x` (ties to even), saturating: beyond the largest finite value (and
-    /// infinity) is the largest finite value; NaN is NaN.
+    /// infinity) is the largest finite value; NaN is NaN (for the `Finite` kind, a zero of the
+    /// opposite sign).
     pub fn encode(self, x: f64) -> u8 {
+        let s = if x.is_sign_negative() { self.sign() } else { 0 };
         if x.is_nan() {
-            return self.nan();
+            return match self.kind {
+                Float8Kind::Finite => s ^ self.sign(),
+                _ => self.nan(),
+            };
         }
-        let s = if x.is_sign_negative() { 0x80u8 } else { 0 };
         let a = x.abs().min(self.max);
         // The exponent of the quantum at `a`: that of its binade, or of the subnormals.
         let exp = |v: f64| -> i32 {
@@ -138,9 +171,53 @@ impl Float8 {
     }
 }
 
-/// Every element type: the floats, the integers, Bool, then the 16- and 8-bit storage floats (so
-/// that the numeric and the integer types are sub-slices: [`DType::numeric`], [`DType::ints`]).
-pub const ALL_DTYPES: [DType; 17] = [
+/// How a conversion to FLOAT8E8M0 rounds (Cast's `round_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum E8M0Round {
+    /// Up (away from zero): any fraction goes to the next power of two (the default).
+    Up,
+    /// Down (towards zero): the fraction is dropped.
+    Down,
+    /// To the nearer power of two in the mantissa's sense (fraction >= 1/2 rounds up).
+    Nearest,
+}
+
+/// The value of a FLOAT8E8M0 byte: 2^(b - 127), NaN for 0xff.
+pub fn e8m0_decode(b: u8) -> f64 {
+    if b == 0xff {
+        f64::NAN
+    } else {
+        2f64.powi(b as i32 - 127)
+    }
+}
+
+/// `x` (converted to f32 first) as FLOAT8E8M0, as ONNX's reference does it: the f32's biased
+/// exponent, incremented when `round` says so; NaN and infinity are NaN (0xff); the sign is
+/// ignored (negative values are undefined); zero and the f32 subnormals have exponent 0 (the
+/// smallest value, 2^-127). With `saturate`, a value that would round past the largest power
+/// (2^127) stays there; without, it becomes NaN.
+pub fn e8m0_encode(x: f64, round: E8M0Round, saturate: bool) -> u8 {
+    let bits = (x as f32).to_bits();
+    let e = (bits >> 23) & 0xff;
+    if e == 0xff {
+        return 0xff;
+    }
+    let up = match round {
+        E8M0Round::Down => false,
+        E8M0Round::Up => bits & 0x7f_ffff != 0,
+        // The guard bit (the fraction's first) and, for the f32 subnormals, a sticky bit below
+        // it (ties there round down).
+        E8M0Round::Nearest => bits & 0x40_0000 != 0 && (bits & 0x3f_ffff != 0 || e > 0),
+    };
+    let up = up && !(saturate && e == 0xfe);
+    (e + up as u32) as u8
+}
+
+/// Every element type: the floats, the integers, Bool, the 16- and 8-bit storage floats, then
+/// the types of fewer than 8 bits (so that the numeric and the integer types are sub-slices:
+/// [`DType::numeric`], [`DType::ints`]; and those whose values occupy whole bytes too:
+/// [`DType::byte_sized`]).
+pub const ALL_DTYPES: [DType; 23] = [
     DType::F32,
     DType::F64,
     DType::I32,
@@ -158,28 +235,52 @@ pub const ALL_DTYPES: [DType; 17] = [
     DType::F8E4M3FNUZ,
     DType::F8E5M2,
     DType::F8E5M2FNUZ,
+    DType::F8E8M0,
+    DType::F4E2M1,
+    DType::I4,
+    DType::U4,
+    DType::I2,
+    DType::U2,
 ];
 
 impl DType {
-    /// The numeric types: floats and integers.
+    /// The numeric types: floats and integers (of 8 bits and more).
     pub const fn numeric() -> &'static [DType] {
         let all: &'static [DType] = &ALL_DTYPES;
         all.split_at(10).0
     }
 
-    /// The integer types (not Bool).
+    /// The integer types of 8 bits and more (not Bool).
     pub const fn ints() -> &'static [DType] {
         Self::numeric().split_at(2).1
     }
 
-    /// Bytes per element.
+    /// The numeric types, Bool and the 16-bit floats: the types whose bits fill their storage
+    /// and that `BitCast` reinterprets.
+    pub const fn byte_sized() -> &'static [DType] {
+        let all: &'static [DType] = &ALL_DTYPES;
+        all.split_at(13).0
+    }
+
+    /// Bytes per element (the types of fewer than 8 bits: one, holding the value).
     pub fn size(self) -> usize {
         match self {
             DType::Bool | DType::I8 | DType::U8 => 1,
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => 1,
+            DType::F8E8M0 | DType::F4E2M1 | DType::I4 | DType::U4 | DType::I2 | DType::U2 => 1,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    /// Bits of one element's value in ONNX's packed form: 4 or 2 for the sub-byte types, else
+    /// 8 times the size.
+    pub fn bits(self) -> usize {
+        match self {
+            DType::F4E2M1 | DType::I4 | DType::U4 => 4,
+            DType::I2 | DType::U2 => 2,
+            d => 8 * d.size(),
         }
     }
 
@@ -188,13 +289,18 @@ impl DType {
         matches!(self, DType::F32 | DType::F64) || self.is_narrow_float()
     }
 
-    /// True for the storage floats of 16 and 8 bits: operators compute on f32 between casts,
+    /// True for the storage floats of 16 bits and less: operators compute on f32 between casts,
     /// only `Cast` converts (`passes/infer.rs`).
     pub fn is_narrow_float(self) -> bool {
-        self.is_half() || self.float8().is_some()
+        self.is_half() || self.is_byte_float()
     }
 
-    /// The encoding of an 8-bit float type.
+    /// True for the storage floats of one byte: the float8 types, FLOAT8E8M0 and FLOAT4E2M1.
+    pub fn is_byte_float(self) -> bool {
+        self.minifloat().is_some() || self == DType::F8E8M0
+    }
+
+    /// The encoding of an 8-bit float type (the four with a sign, exponent and mantissa).
     pub fn float8(self) -> Option<Float8> {
         let (man, bias, kind, max) = match self {
             DType::F8E4M3FN => (3, 7, Float8Kind::Fn, 448.0),
@@ -204,11 +310,44 @@ impl DType {
             _ => return None,
         };
         Some(Float8 {
+            width: 8,
             man,
             bias,
             kind,
             max,
         })
+    }
+
+    /// The encoding of a float8 type or of FLOAT4E2M1 (sign, exponent and mantissa).
+    pub fn minifloat(self) -> Option<Float8> {
+        match self {
+            DType::F4E2M1 => Some(Float8 {
+                width: 4,
+                man: 1,
+                bias: 1,
+                kind: Float8Kind::Finite,
+                max: 6.0,
+            }),
+            d => d.float8(),
+        }
+    }
+
+    /// The value of byte `b` of a one-byte storage float ([`DType::is_byte_float`]).
+    pub fn decode_byte(self, b: u8) -> Option<f64> {
+        match self {
+            DType::F8E8M0 => Some(e8m0_decode(b)),
+            d => d.minifloat().map(|f| f.decode(b)),
+        }
+    }
+
+    /// `x` as a one-byte storage float: the nearest value (ties to even), saturating (FLOAT8E8M0:
+    /// [`E8M0Round::Nearest`], saturating, which gives every code's value back its code; `Cast`
+    /// rounds up by default, [`e8m0_encode`]).
+    pub fn encode_byte(self, x: f64) -> Option<u8> {
+        match self {
+            DType::F8E8M0 => Some(e8m0_encode(x, E8M0Round::Nearest, true)),
+            d => d.minifloat().map(|f| f.encode(x)),
+        }
     }
 
     /// True for the 16-bit storage floats, F16 and BF16.
@@ -221,9 +360,17 @@ impl DType {
         !self.is_float() && self != DType::Bool
     }
 
+    /// True for the integers of fewer than 8 bits (INT4, UINT4, INT2, UINT2).
+    pub fn is_sub_byte_int(self) -> bool {
+        matches!(self, DType::I4 | DType::U4 | DType::I2 | DType::U2)
+    }
+
     /// True for the unsigned integer types.
     pub fn is_unsigned(self) -> bool {
-        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+        matches!(
+            self,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::U4 | DType::U2
+        )
     }
 
     /// The smallest and largest value of an integer type (Bool: 0 and 1), as i128.
@@ -237,6 +384,10 @@ impl DType {
             DType::U32 => (0, u32::MAX as i128),
             DType::I64 => (i64::MIN as i128, i64::MAX as i128),
             DType::U64 => (0, u64::MAX as i128),
+            DType::I4 => (-8, 7),
+            DType::U4 => (0, 15),
+            DType::I2 => (-2, 1),
+            DType::U2 => (0, 3),
             DType::Bool => (0, 1),
             _ => return None,
         })
@@ -253,6 +404,10 @@ impl DType {
             DType::U32 => v as u32 as i128,
             DType::I64 => v as i64 as i128,
             DType::U64 => v as u64 as i128,
+            DType::I4 => ((v & 0xf) ^ 0x8) - 0x8,
+            DType::U4 => v & 0xf,
+            DType::I2 => ((v & 0x3) ^ 0x2) - 0x2,
+            DType::U2 => v & 0x3,
             DType::Bool => (v != 0) as i128,
             _ => v,
         }
@@ -266,18 +421,20 @@ impl DType {
             DType::I32 => "int32_t",
             DType::I64 => "int64_t",
             DType::Bool => "uint8_t",
-            DType::I8 => "int8_t",
-            DType::U8 => "uint8_t",
+            DType::I8 | DType::I4 | DType::I2 => "int8_t",
+            DType::U8 | DType::U4 | DType::U2 => "uint8_t",
             DType::I16 => "int16_t",
             DType::U16 => "uint16_t",
             DType::U32 => "uint32_t",
             DType::U64 => "uint64_t",
             DType::F16 | DType::BF16 => "uint16_t",
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => "uint8_t",
+            DType::F8E8M0 | DType::F4E2M1 => "uint8_t",
         }
     }
 
-    /// The Rust type that stores one element (the 16-bit floats: their bits, `u16`).
+    /// The Rust type that stores one element (the 16-bit floats: their bits, `u16`; the 8-bit
+    /// ones and FLOAT4E2M1: `u8`; the sub-byte integers one per byte: `i8` / `u8`).
     pub fn rust_type(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -285,19 +442,20 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
+            DType::I8 | DType::I4 | DType::I2 => "i8",
+            DType::U8 | DType::U4 | DType::U2 => "u8",
             DType::I16 => "i16",
             DType::U16 => "u16",
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::F16 | DType::BF16 => "u16",
             DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ => "u8",
+            DType::F8E8M0 | DType::F4E2M1 => "u8",
         }
     }
 
     /// The type's name in the text IR and the DSL: the Rust type, `f16` and `bf16` for the
-    /// 16-bit floats.
+    /// 16-bit floats, and so on for the others (`i4`, `f4e2m1`, ...).
     pub fn name(self) -> &'static str {
         match self {
             DType::F16 => "f16",
@@ -306,6 +464,12 @@ impl DType {
             DType::F8E4M3FNUZ => "f8e4m3fnuz",
             DType::F8E5M2 => "f8e5m2",
             DType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DType::F8E8M0 => "f8e8m0",
+            DType::F4E2M1 => "f4e2m1",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
+            DType::I2 => "i2",
+            DType::U2 => "u2",
             d => d.rust_type(),
         }
     }
@@ -330,6 +494,12 @@ impl DType {
             DType::F8E4M3FNUZ => 18,
             DType::F8E5M2 => 19,
             DType::F8E5M2FNUZ => 20,
+            DType::U4 => 21,
+            DType::I4 => 22,
+            DType::F4E2M1 => 23,
+            DType::F8E8M0 => 24,
+            DType::U2 => 25,
+            DType::I2 => 26,
         }
     }
 
@@ -547,6 +717,174 @@ mod tests {
         assert_eq!(DType::U8.wrap_int(300), 44);
         assert_eq!(DType::I8.wrap_int(200), -56);
         assert_eq!(DType::U64.wrap_int(-1), u64::MAX as i128);
+        assert!(DType::byte_sized().iter().all(|d| d.bits() == 8 * d.size()));
+        assert!(ALL_DTYPES
+            .iter()
+            .filter(|d| !DType::byte_sized().contains(d))
+            .all(|d| d.size() == 1 && (d.is_byte_float() || d.is_sub_byte_int())));
+    }
+
+    /// The sub-byte integers wrap as two's complement of their width: every value of their
+    /// range is itself, and each value outside lands on the one congruent to it.
+    #[test]
+    fn sub_byte_ints_wrap() {
+        for d in [DType::I4, DType::U4, DType::I2, DType::U2] {
+            let (lo, hi) = d.int_range().unwrap();
+            let m = 1i128 << d.bits();
+            assert_eq!(hi - lo + 1, m, "{d}");
+            assert!(d.is_int() && d.is_sub_byte_int() && !d.is_float());
+            assert_eq!(d.is_unsigned(), lo == 0);
+            for v in -300i128..300 {
+                let w = d.wrap_int(v);
+                assert!((lo..=hi).contains(&w), "{d} {v} -> {w}");
+                assert_eq!((w - v).rem_euclid(m), 0, "{d} {v} -> {w}");
+            }
+        }
+        assert_eq!(DType::I4.wrap_int(8), -8);
+        assert_eq!(DType::I4.wrap_int(-9), 7);
+        assert_eq!(DType::U4.wrap_int(-1), 15);
+        assert_eq!(DType::I2.wrap_int(2), -2);
+        assert_eq!(DType::U2.wrap_int(5), 1);
+    }
+
+    /// Every FLOAT4E2M1 code decodes and encodes back to itself; between the codes values round
+    /// to the nearer, ties to the even code; beyond 6 (and infinity) saturates; NaN becomes a zero
+    /// of the opposite sign (as `ml_dtypes` converts it: the values below are its results).
+    #[test]
+    fn float4e2m1_round_trip() {
+        let d = DType::F4E2M1;
+        let values = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        for b in 0..16u8 {
+            let v = d.decode_byte(b).unwrap();
+            let mag = values[(b & 7) as usize];
+            assert_eq!(v, if b & 8 != 0 { -mag } else { mag });
+            assert_eq!(v.is_sign_negative(), b & 8 != 0, "-0 is 0x8");
+            assert_eq!(d.encode_byte(v), Some(b), "code {b:#x} = {v}");
+        }
+        let x = [
+            0.24,
+            0.25,
+            0.26,
+            0.75,
+            1.25,
+            1.75,
+            2.5,
+            3.5,
+            5.0,
+            5.01,
+            7.0,
+            -0.0,
+            -0.1,
+            -2.6,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        let want = [0, 0, 1, 2, 2, 4, 4, 6, 6, 7, 7, 8, 8, 13, 7, 15];
+        for (x, w) in x.into_iter().zip(want) {
+            assert_eq!(d.encode_byte(x), Some(w), "{x}");
+        }
+        assert_eq!(d.encode_byte(f64::NAN), Some(8));
+        assert_eq!(d.encode_byte(-f64::NAN), Some(0));
+    }
+
+    /// Every FLOAT8E8M0 byte is a power of two (0xff NaN) and encodes back to itself in every
+    /// rounding mode (but 2^-127 rounding up); between powers the modes differ as ONNX's reference (`to_float8e8m0`)
+    /// has them (the bytes below are its results).
+    #[test]
+    fn float8e8m0_rounding() {
+        use E8M0Round::{Down, Nearest, Up};
+        for b in 0..=255u8 {
+            let v = e8m0_decode(b);
+            if b == 0xff {
+                assert!(v.is_nan());
+            } else {
+                assert_eq!(v, 2f64.powi(b as i32 - 127));
+            }
+            for round in [Up, Down, Nearest] {
+                for saturate in [true, false] {
+                    // 2^-127 is an f32 subnormal with a fraction: rounding up gives 2^-126.
+                    let want = if b == 0 && round == Up { 1 } else { b };
+                    assert_eq!(e8m0_encode(v, round, saturate), want, "{b} {round:?}");
+                }
+            }
+        }
+        let x = [
+            0.0,
+            1.0,
+            1.5,
+            1.75,
+            0.75,
+            3.0,
+            2f64.powi(-127),
+            2f64.powi(-128),
+            2f64.powi(-126) * 0.75,
+            3e38,
+            2f64.powi(127),
+            f64::INFINITY,
+            f64::NAN,
+            -4.0,
+            1e-45,
+        ];
+        let want: [(E8M0Round, bool, [u8; 15]); 6] = [
+            (
+                Up,
+                true,
+                [
+                    0, 127, 128, 128, 127, 129, 1, 1, 1, 254, 254, 255, 255, 129, 1,
+                ],
+            ),
+            (
+                Down,
+                true,
+                [
+                    0, 127, 127, 127, 126, 128, 0, 0, 0, 254, 254, 255, 255, 129, 0,
+                ],
+            ),
+            (
+                Nearest,
+                true,
+                [
+                    0, 127, 128, 128, 127, 129, 0, 0, 1, 254, 254, 255, 255, 129, 0,
+                ],
+            ),
+            (
+                Up,
+                false,
+                [
+                    0, 127, 128, 128, 127, 129, 1, 1, 1, 255, 254, 255, 255, 129, 1,
+                ],
+            ),
+            (
+                Down,
+                false,
+                [
+                    0, 127, 127, 127, 126, 128, 0, 0, 0, 254, 254, 255, 255, 129, 0,
+                ],
+            ),
+            (
+                Nearest,
+                false,
+                [
+                    0, 127, 128, 128, 127, 129, 0, 0, 1, 255, 254, 255, 255, 129, 0,
+                ],
+            ),
+        ];
+        for (round, saturate, bytes) in want {
+            for (&x, &b) in x.iter().zip(&bytes) {
+                assert_eq!(
+                    e8m0_encode(x, round, saturate),
+                    b,
+                    "{x} {round:?} {saturate}"
+                );
+            }
+        }
+        // The plain conversion rounds to nearest: every code comes back.
+        for b in 0..=255u8 {
+            let d = DType::F8E8M0;
+            assert_eq!(d.encode_byte(d.decode_byte(b).unwrap()), Some(b));
+        }
+        assert_eq!(DType::F8E8M0.encode_byte(1.4), Some(127));
+        assert_eq!(DType::F8E8M0.encode_byte(1.5), Some(128));
     }
 
     /// Every byte of every 8-bit float decodes and encodes back to itself (NaN to NaN); values

@@ -75,8 +75,8 @@ impl Tensor {
             DType::F64 => f64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()),
             DType::F16 => half::f16::from_bits(self.bits16(i)).to_f64(),
             DType::BF16 => half::bf16::from_bits(self.bits16(i)).to_f64(),
-            t => match t.float8() {
-                Some(f) => f.decode(d[i]),
+            t => match t.decode_byte(d[i]) {
+                Some(v) => v,
                 None => self.get_int(i) as f64,
             },
         }
@@ -93,8 +93,8 @@ impl Tensor {
         match self.ty.dtype {
             d if d.is_float() => self.get_f64(i) as i128,
             DType::Bool => (b[0] != 0) as i128,
-            DType::I8 => b[0] as i8 as i128,
-            DType::U8 => b[0] as i128,
+            DType::I8 | DType::I4 | DType::I2 => b[0] as i8 as i128,
+            DType::U8 | DType::U4 | DType::U2 => b[0] as i128,
             DType::I16 => i16::from_le_bytes(b.try_into().unwrap()) as i128,
             DType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as i128,
             DType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as i128,
@@ -117,13 +117,15 @@ impl Tensor {
             return self.set_f64(i, x as f64);
         }
         let n = self.ty.dtype.size();
+        let w = self.ty.dtype.wrap_int(x);
         let d = &mut self.data[i * n..i * n + n];
         match self.ty.dtype {
             DType::F32 => d.copy_from_slice(&(x as f32).to_le_bytes()),
             DType::F64 => d.copy_from_slice(&(x as f64).to_le_bytes()),
             DType::Bool => d[0] = (x != 0) as u8,
-            // Little-endian two's complement: the low bytes are the wrapped value.
-            _ => d.copy_from_slice(&x.to_le_bytes()[..n]),
+            // Little-endian two's complement: the low bytes are the wrapped value (a sub-byte
+            // integer's byte holds its value, sign-extended).
+            _ => d.copy_from_slice(&w.to_le_bytes()[..n]),
         }
     }
 
@@ -141,7 +143,7 @@ impl Tensor {
                 d[i * 2..i * 2 + 2].copy_from_slice(&half::bf16::from_f64(x).to_le_bytes())
             }
             DType::Bool => d[i] = (x != 0.0) as u8,
-            t if t.float8().is_some() => d[i] = t.float8().expect("checked").encode(x),
+            t if t.is_byte_float() => d[i] = t.encode_byte(x).expect("a one-byte float"),
             t => {
                 let (lo, hi) = t.int_range().expect("an integer type");
                 self.set_int(i, (x as i128).clamp(lo, hi));
