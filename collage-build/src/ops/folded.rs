@@ -14,15 +14,15 @@ use std::sync::Arc;
 use super::extra::{icx, vars};
 use super::{
     check_arity as arity, check_dtype, dim_from_i64, norm_axis, Constructor, InferCx, LowerCx,
-    OpCx, OpKind, OpResult, Operator, ALL, FLOATS, INTS,
+    OpCx, OpKind, OpResult, Operator, FLOATS, INTS,
 };
 use crate::error::OpError;
 use crate::te::{Expr, RedOp, Src};
 use crate::tensor::{DType, Tensor, TensorType};
 
-/// The types whose values a constant [`Tensor`] reads exactly (the narrow floats are widened to
-/// f32 before these operators see them).
-const PLAIN: &[DType] = ALL.split_at(ALL.len() - 4).0;
+/// The types whose values a constant [`Tensor`] reads exactly: the numeric types, Bool and the
+/// 16-bit floats (the narrow floats are widened to f32 before these operators see them).
+const PLAIN: &[DType] = DType::byte_sized();
 
 /// Element `i` of a constant as a totally ordered key: integers exactly, floats with `-0 == 0`
 /// and every NaN equal and after every number (numpy's order for `unique`).
