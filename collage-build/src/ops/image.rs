@@ -5,7 +5,7 @@
 //! computed from run-time data. Every such read goes through an index that is clamped into the
 //! dimension it indexes, and a tap outside the input is masked by a `Select` (it contributes 0),
 //! so that no data can make a load leave its buffer. A run-time coordinate becomes an integer
-//! only through [`to_index`], which maps non-finite and huge values to an index outside every
+//! only through `to_index`, which maps non-finite and huge values to an index outside every
 //! dimension before the conversion (a C conversion of such a float is undefined).
 use std::sync::Arc;
 
