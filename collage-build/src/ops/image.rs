@@ -617,23 +617,11 @@ pub const OPS: &[(&str, Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{lookup, Attr, Attrs};
-    use crate::te::eval_stages;
+    use crate::ops::{testing, Attr};
     use crate::tensor::Tensor;
 
     fn op(op_type: &str, opset: i64, attrs: &[(&str, Attr)]) -> OpResult<Arc<dyn Operator>> {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        );
-        lookup(op_type).expect("registered")(&OpCx {
-            attrs: &attrs,
-            opset,
-            n_inputs: 3,
-            n_outputs: 1,
-        })
+        testing::build(op_type, attrs, opset, 3, 1)
     }
 
     fn s(v: &str) -> Attr {
@@ -642,29 +630,8 @@ mod tests {
 
     /// Infers, lowers and interprets `op` on `args` (those in `konst` as constants): the output.
     fn run(op: &dyn Operator, args: &[Tensor], konst: &[usize]) -> Vec<f64> {
-        let inputs: Vec<Option<TensorType>> = args.iter().map(|a| Some(a.ty.clone())).collect();
-        let consts: Vec<Option<Arc<Tensor>>> = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| konst.contains(&i).then(|| Arc::new(a.clone())))
-            .collect();
-        let outs = op
-            .infer(&InferCx {
-                inputs: &inputs,
-                consts: &consts,
-            })
-            .expect("infers");
-        let mut cx = LowerCx {
-            inputs: &inputs,
-            consts: &consts,
-            outputs: &outs,
-            stages: vec![],
-            name: "n".into(),
-            direct: false,
-        };
-        let srcs = op.lower(&mut cx).expect("lowers");
-        let refs: Vec<Option<&Tensor>> = args.iter().map(Some).collect();
-        let y = eval_stages(&cx.stages, &refs, &srcs).remove(0);
+        let args: Vec<Option<Tensor>> = args.iter().cloned().map(Some).collect();
+        let y = testing::eval(op, &args, konst).expect("runs").remove(0);
         (0..y.numel()).map(|i| y.get_f64(i)).collect()
     }
 

@@ -303,23 +303,11 @@ pub const OPS: &[(&str, Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{lookup, Attr, Attrs};
-    use crate::te::eval_stages;
+    use crate::ops::{testing, Attr};
     use crate::tensor::Tensor;
 
     fn op(op_type: &str, attrs: &[(&str, Attr)], n_outputs: usize) -> OpResult<Arc<dyn Operator>> {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        );
-        lookup(op_type).expect("registered")(&OpCx {
-            attrs: &attrs,
-            opset: 22,
-            n_inputs: 3,
-            n_outputs,
-        })
+        testing::build(op_type, attrs, 22, 3, n_outputs)
     }
 
     fn infer(
@@ -339,29 +327,10 @@ mod tests {
 
     /// Infers, lowers and interprets `op` on run-time `args`: each output's values.
     fn run(op: &dyn Operator, args: &[Option<Tensor>]) -> Vec<Vec<f64>> {
-        let inputs: Vec<Option<TensorType>> = args
-            .iter()
-            .map(|a| a.as_ref().map(|t| t.ty.clone()))
-            .collect();
-        let consts = vec![None; inputs.len()];
-        let outs = infer(op, args, &consts).expect("infers");
-        let mut cx = LowerCx {
-            inputs: &inputs,
-            consts: &consts,
-            outputs: &outs,
-            stages: vec![],
-            name: "n".into(),
-            direct: false,
-        };
-        let srcs = op.lower(&mut cx).expect("lowers");
-        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
-        eval_stages(&cx.stages, &refs, &srcs)
+        testing::eval(op, args, &[])
+            .expect("runs")
             .into_iter()
-            .zip(&outs)
-            .map(|(v, o)| {
-                assert_eq!(&v.ty, o);
-                v.to_f64()
-            })
+            .map(|v| v.to_f64())
             .collect()
     }
 

@@ -26,6 +26,8 @@ pub mod rnn;
 pub mod seq;
 pub mod shape;
 pub mod signal;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod text;
 pub mod training;
 

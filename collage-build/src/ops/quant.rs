@@ -1119,23 +1119,11 @@ pub const OPS: &[(&str, Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{Attr, Attrs};
-    use crate::te::eval_stages;
+    use crate::ops::{testing, Attr};
     use crate::tensor::Tensor;
 
     fn op(op_type: &str, attrs: &[(&str, Attr)]) -> OpResult<Arc<dyn Operator>> {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        );
-        lookup(op_type).expect("registered")(&OpCx {
-            attrs: &attrs,
-            opset: 21,
-            n_inputs: 9,
-            n_outputs: 1,
-        })
+        testing::build(op_type, attrs, 21, 9, 1)
     }
 
     fn t(d: DType, shape: &[usize], v: &[f64]) -> Option<Tensor> {
@@ -1154,31 +1142,12 @@ mod tests {
         })
     }
 
-    /// Infers, lowers and interprets `op` on `args`: each output's type and values.
+    /// Infers, lowers and interprets `op` on run-time `args`: each output's type and values.
     fn run(op: &dyn Operator, args: &[Option<Tensor>]) -> Vec<(TensorType, Vec<f64>)> {
-        let inputs: Vec<Option<TensorType>> = args
-            .iter()
-            .map(|a| a.as_ref().map(|t| t.ty.clone()))
-            .collect();
-        let consts = vec![None; inputs.len()];
-        let outs = infer(op, &inputs).expect("infers");
-        let mut cx = LowerCx {
-            inputs: &inputs,
-            consts: &consts,
-            outputs: &outs,
-            stages: vec![],
-            name: "n".into(),
-            direct: false,
-        };
-        let srcs = op.lower(&mut cx).expect("lowers");
-        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
-        eval_stages(&cx.stages, &refs, &srcs)
+        testing::eval(op, args, &[])
+            .expect("runs")
             .into_iter()
-            .zip(&outs)
-            .map(|(v, o)| {
-                assert_eq!(&v.ty, o);
-                (v.ty.clone(), v.to_f64())
-            })
+            .map(|v| (v.ty.clone(), v.to_f64()))
             .collect()
     }
 

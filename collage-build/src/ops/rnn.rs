@@ -883,23 +883,11 @@ pub const OPS: &[(&str, Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{lookup, Attrs};
-    use crate::te::eval_stages;
+    use crate::ops::{testing, Attr};
     use crate::tensor::Tensor;
 
     fn op(op_type: &str, attrs: &[(&str, Attr)], n_outputs: usize) -> OpResult<Arc<dyn Operator>> {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        );
-        lookup(op_type).expect("registered")(&OpCx {
-            attrs: &attrs,
-            opset: 22,
-            n_inputs: 6,
-            n_outputs,
-        })
+        testing::build(op_type, attrs, 22, 6, n_outputs)
     }
 
     fn strs(v: &[&str]) -> Attr {
@@ -916,30 +904,7 @@ mod tests {
         args: &[Option<Tensor>],
         consts: &[usize],
     ) -> OpResult<Vec<Vec<f64>>> {
-        let inputs: Vec<Option<TensorType>> = args
-            .iter()
-            .map(|a| a.as_ref().map(|t| t.ty.clone()))
-            .collect();
-        let consts: Vec<Option<Arc<Tensor>>> = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| a.clone().filter(|_| consts.contains(&i)).map(Arc::new))
-            .collect();
-        let outs = op.infer(&InferCx {
-            inputs: &inputs,
-            consts: &consts,
-        })?;
-        let mut cx = LowerCx {
-            inputs: &inputs,
-            consts: &consts,
-            outputs: &outs,
-            stages: vec![],
-            name: "n".into(),
-            direct: false,
-        };
-        let srcs = op.lower(&mut cx)?;
-        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
-        Ok(eval_stages(&cx.stages, &refs, &srcs)
+        Ok(testing::eval(op, args, consts)?
             .into_iter()
             .map(|v| v.to_f64())
             .collect())

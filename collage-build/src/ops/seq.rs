@@ -885,23 +885,11 @@ pub const OPS: &[(&str, Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{lookup, Attr, Attrs};
-    use crate::te::eval_stages;
+    use crate::ops::{testing, Attr, Attrs};
     use crate::tensor::Tensor;
 
     fn op(op_type: &str, attrs: &[(&str, Attr)], n_outputs: usize) -> OpResult<Arc<dyn Operator>> {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        );
-        lookup(op_type).expect("registered")(&OpCx {
-            attrs: &attrs,
-            opset: 27,
-            n_inputs: 6,
-            n_outputs,
-        })
+        testing::build(op_type, attrs, 27, 6, n_outputs)
     }
 
     fn ty(shape: &[usize]) -> Option<TensorType> {
@@ -916,25 +904,10 @@ mod tests {
         })
     }
 
-    /// Infers, lowers and interprets `op` on `args`: each output's shape and values.
+    /// Infers, lowers and interprets `op` on run-time `args`: each output's shape and values.
     fn run(op: &dyn Operator, args: &[Option<Tensor>]) -> Vec<(Vec<usize>, Vec<f64>)> {
-        let inputs: Vec<Option<TensorType>> = args
-            .iter()
-            .map(|a| a.as_ref().map(|t| t.ty.clone()))
-            .collect();
-        let consts = vec![None; inputs.len()];
-        let outs = infer(op, &inputs).expect("infers");
-        let mut cx = LowerCx {
-            inputs: &inputs,
-            consts: &consts,
-            outputs: &outs,
-            stages: vec![],
-            name: "n".into(),
-            direct: false,
-        };
-        let srcs = op.lower(&mut cx).expect("lowers");
-        let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();
-        eval_stages(&cx.stages, &refs, &srcs)
+        testing::eval(op, args, &[])
+            .expect("runs")
             .into_iter()
             .map(|t| (t.ty.shape.clone(), t.to_f64()))
             .collect()

@@ -415,8 +415,7 @@ pub const OPS: &[(&str, Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{lookup, Attr, Attrs};
-    use crate::te::eval_stages;
+    use crate::ops::{testing, Attr};
     use crate::tensor::Tensor;
 
     fn op(
@@ -425,41 +424,14 @@ mod tests {
         n_inputs: usize,
         n_outputs: usize,
     ) -> OpResult<Arc<dyn Operator>> {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        );
-        lookup(op_type).expect("registered")(&OpCx {
-            attrs: &attrs,
-            opset: 1,
-            n_inputs,
-            n_outputs,
-        })
+        testing::build(op_type, attrs, 1, n_inputs, n_outputs)
     }
 
     /// Infers, lowers and interprets `op` on run-time `args`: each output's shape and values.
     fn run(op: &dyn Operator, args: &[Tensor]) -> Vec<(Vec<usize>, Vec<f64>)> {
-        let inputs: Vec<Option<TensorType>> = args.iter().map(|a| Some(a.ty.clone())).collect();
-        let consts = vec![None; inputs.len()];
-        let outs = op
-            .infer(&InferCx {
-                inputs: &inputs,
-                consts: &consts,
-            })
-            .expect("infers");
-        let mut cx = LowerCx {
-            inputs: &inputs,
-            consts: &consts,
-            outputs: &outs,
-            stages: vec![],
-            name: "n".into(),
-            direct: false,
-        };
-        let srcs = op.lower(&mut cx).expect("lowers");
-        let refs: Vec<Option<&Tensor>> = args.iter().map(Some).collect();
-        eval_stages(&cx.stages, &refs, &srcs)
+        let args: Vec<Option<Tensor>> = args.iter().cloned().map(Some).collect();
+        testing::eval(op, &args, &[])
+            .expect("runs")
             .into_iter()
             .map(|v| (v.ty.shape.clone(), v.to_f64()))
             .collect()
