@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::{
     check_arity as arity, check_dtype, dim_from_i64, shape_numel, Constructor, InferCx, LowerCx,
-    OpCx, OpResult, Operator, FLOATS, MAX_DIM, NUMERIC,
+    OpCx, OpResult, Operator, FLOATS, NUMERIC,
 };
 use crate::error::OpError;
 use crate::te::{Expr, Src};
@@ -456,29 +456,7 @@ fn grid_sample(cx: &OpCx) -> OpResult<Arc<dyn Operator>> {
 // Shared attribute helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A per-dimension attribute list of length `r` (default `dflt` when absent or empty), every
-/// value in `[min, 2^48]`.
-fn dims_attr(
-    v: &Option<Vec<i64>>,
-    r: usize,
-    dflt: i64,
-    min: i64,
-    what: &str,
-) -> OpResult<Vec<i64>> {
-    match v {
-        None => Ok(vec![dflt; r]),
-        Some(v) if v.is_empty() => Ok(vec![dflt; r]),
-        Some(v) => {
-            if v.len() != r || v.iter().any(|&x| x < min || x > MAX_DIM as i64) {
-                return Err(OpError::expected(
-                    format!("{what}: {r} values in [{min}, 2^48]"),
-                    format!("{v:?}"),
-                ));
-            }
-            Ok(v.clone())
-        }
-    }
-}
+pub(super) use super::nn::dims_attr;
 
 /// A constant 1-D int64 input `i` (`what` names it) of `len` elements (any length when `None`).
 fn const_list(

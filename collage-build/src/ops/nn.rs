@@ -78,7 +78,7 @@ struct Geom {
 
 /// A per-dimension attribute list of length `r` (default `dflt`), every value in
 /// `[min, MAX_DIM]` (so that sums and products of two of them stay far inside `i64`).
-fn dims_attr(
+pub(super) fn dims_attr(
     v: &Option<Vec<i64>>,
     r: usize,
     dflt: i64,
