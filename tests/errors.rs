@@ -916,6 +916,42 @@ fn the_size_ceiling_is_configurable_and_checked_on_the_arena() {
 // Findings of the fuzz targets (`fuzz/`, run by `.ci/fuzz`): each was a panic, hang or huge
 // allocation on a model file, and is a clean error now.
 
+/// A `Scan` whose scan input is a scalar (nothing to scan along): an index out of bounds in the
+/// unrolling (found by `onnx_import`), now an error naming the node and the input.
+#[test]
+fn a_scan_over_a_scalar_is_an_error_not_a_panic() {
+    let body = proto::GraphProto {
+        name: "body".into(),
+        node: vec![
+            node("Add", "add", &["sum_in", "next"], &["sum_out"]),
+            node("Identity", "id", &["sum_out"], &["scan_out"]),
+        ],
+        input: vec![vi("sum_in", &[]), vi("next", &[])],
+        output: vec![vi("sum_out", &[]), vi("scan_out", &[])],
+        ..Default::default()
+    };
+    let mut n = node("Scan", "the_scan", &["initial", "x"], &["y", "z"]);
+    n.attribute = vec![
+        attr("num_scan_inputs", A::I(1)),
+        proto::AttributeProto {
+            name: "body".into(),
+            r#type: AttributeType::Graph as i32,
+            g: Some(body),
+            ..Default::default()
+        },
+    ];
+    let bytes = model(vec![n], vec![vi("initial", &[]), vi("x", &[])], &["y", "z"]);
+    let e = match try_compile(&bytes) {
+        Ok(r) => r.unwrap_err(),
+        Err(p) => panic!("panicked: {p}"),
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("the_scan") && msg.contains("rank >= 1"),
+        "{msg}"
+    );
+}
+
 /// Every operator with fewer (or more) inputs than its schema allows: the elementwise family
 /// indexed its inputs unchecked (`Sub(x)` panicked in lowering, found by `onnx_import`).
 #[test]

@@ -187,6 +187,12 @@ fn expand_scan(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
                 "none",
             ))
         })?;
+        if ty.rank() == 0 {
+            return Err(err(OpError::expected(
+                format!("scan input {j} of rank >= 1 (it is scanned along an axis)"),
+                ty,
+            )));
+        }
         let axis = ops::norm_axis(in_axes[j], ty.rank()).map_err(err)?;
         let l = ty.shape[axis];
         if len.is_some_and(|n| n != l) {
