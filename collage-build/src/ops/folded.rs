@@ -96,15 +96,16 @@ impl NonZero {
             "NonZero's input (its count of non-zeros decides the shape)",
         )?;
         let shape = &x.ty.shape;
-        let mut coords: Vec<Vec<i64>> = vec![Vec::new(); shape.len()];
-        for i in (0..x.numel()).filter(|&i| nonzero(x, i)) {
+        let hits: Vec<usize> = (0..x.numel()).filter(|&i| nonzero(x, i)).collect();
+        let mut coords: Vec<Vec<i64>> = vec![Vec::with_capacity(hits.len()); shape.len()];
+        for &i in &hits {
             let mut rest = i;
             for (d, &n) in shape.iter().enumerate().rev() {
                 coords[d].push((rest % n) as i64);
                 rest /= n;
             }
         }
-        let count = x.numel() - (0..x.numel()).filter(|&i| !nonzero(x, i)).count();
+        let count = hits.len();
         let flat: Vec<i64> = coords.concat();
         Ok(Tensor::from_i64(&[shape.len(), count], &flat))
     }

@@ -70,6 +70,39 @@ fn make(
     }
 }
 
+/// Appends to `out` the nodes that stack `parts` along a new axis into `to`: each part
+/// `Unsqueeze`d at `axes` (a constant holding `axis`) into a value `{prefix}/{step}{i}` by a node
+/// `{prefix}/unsqueeze{i}`, then `{prefix}/concat` along `axis`.
+fn stack(
+    g: &mut Graph,
+    out: &mut Vec<Node>,
+    prefix: &str,
+    step: &str,
+    parts: Vec<ValueId>,
+    (axes, axis): (ValueId, i64),
+    to: ValueId,
+) {
+    let mut stacked = Vec::with_capacity(parts.len());
+    for (i, p) in parts.into_iter().enumerate() {
+        let u = g.add_value(format!("{prefix}/{step}{i}"), None);
+        out.push(make(
+            format!("{prefix}/unsqueeze{i}"),
+            "Unsqueeze",
+            vec![],
+            vec![p, axes],
+            vec![u],
+        ));
+        stacked.push(u);
+    }
+    out.push(make(
+        format!("{prefix}/concat"),
+        "Concat",
+        vec![("axis", Attr::Int(axis))],
+        stacked,
+        vec![to],
+    ));
+}
+
 fn identity(name: String, from: ValueId, to: ValueId) -> Node {
     make(name, "Identity", vec![], vec![from], vec![to])
 }
@@ -263,25 +296,9 @@ fn expand_scan(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
             format!("{}/out{k}/axes", node.name),
             Tensor::from_i64(&[1], &[axis]),
         );
-        let mut stacked = Vec::with_capacity(parts.len());
-        for (t, p) in parts.into_iter().enumerate() {
-            let u = g.add_value(format!("{}/out{k}/t{t}", node.name), None);
-            out.push(make(
-                format!("{}/out{k}/unsqueeze{t}", node.name),
-                "Unsqueeze",
-                vec![],
-                vec![p, axes_v],
-                vec![u],
-            ));
-            stacked.push(u);
-        }
-        out.push(make(
-            format!("{}/out{k}/concat", node.name),
-            "Concat",
-            vec![("axis", Attr::Int(axis))],
-            stacked,
-            vec![node.outputs[n_state + k]],
-        ));
+        let prefix = format!("{}/out{k}", node.name);
+        let to = node.outputs[n_state + k];
+        stack(g, &mut out, &prefix, "t", parts, (axes_v, axis), to);
     }
     Ok(out)
 }
@@ -370,25 +387,10 @@ fn expand_loop(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node>
                 Tensor::from_i64(&[1], &[0]),
             );
             for k in 0..k_scan {
-                let mut stacked = Vec::with_capacity(iterations);
-                for t in 0..iterations {
-                    let u = g.add_value(format!("{}/scan{k}/t{t}", node.name), None);
-                    out.push(make(
-                        format!("{}/scan{k}/unsqueeze{t}", node.name),
-                        "Unsqueeze",
-                        vec![],
-                        vec![parts[t * k_scan + k], axes],
-                        vec![u],
-                    ));
-                    stacked.push(u);
-                }
-                out.push(make(
-                    format!("{}/scan{k}/concat", node.name),
-                    "Concat",
-                    vec![("axis", Attr::Int(0))],
-                    stacked,
-                    vec![node.outputs[n_carried + k]],
-                ));
+                let of_k = (0..iterations).map(|t| parts[t * k_scan + k]).collect();
+                let prefix = format!("{}/scan{k}", node.name);
+                let to = node.outputs[n_carried + k];
+                stack(g, &mut out, &prefix, "t", of_k, (axes, 0), to);
             }
         }
         return Ok(out);
@@ -559,25 +561,8 @@ fn expand_scan8(g: &mut Graph, node: &Node, cf: &ControlFlow) -> Result<Vec<Node
         Tensor::from_i64(&[1], &[0]),
     );
     for (k, parts) in per_batch.into_iter().enumerate() {
-        let mut stacked = Vec::with_capacity(parts.len());
-        for (b, p) in parts.into_iter().enumerate() {
-            let u = g.add_value(format!("{}/out{k}/b{b}", node.name), None);
-            out.push(make(
-                format!("{}/out{k}/unsqueeze{b}", node.name),
-                "Unsqueeze",
-                vec![],
-                vec![p, axes],
-                vec![u],
-            ));
-            stacked.push(u);
-        }
-        out.push(make(
-            format!("{}/out{k}/concat", node.name),
-            "Concat",
-            vec![("axis", Attr::Int(0))],
-            stacked,
-            vec![node.outputs[k]],
-        ));
+        let prefix = format!("{}/out{k}", node.name);
+        stack(g, &mut out, &prefix, "b", parts, (axes, 0), node.outputs[k]);
     }
     Ok(out)
 }
