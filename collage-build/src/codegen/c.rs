@@ -217,10 +217,15 @@ static inline uint8_t cl_wrap_u4(int64_t v) { return (uint8_t)(v & 15); }
 static inline int8_t cl_wrap_i2(int64_t v) { return (int8_t)(((v & 3) ^ 2) - 2); }
 static inline uint8_t cl_wrap_u2(int64_t v) { return (uint8_t)(v & 3); }
 
+/* NaN-propagating max / min, branch-free: a select on the bits. Written as `c ? a : b`, GCC
+   branches on the comparison in code it does not vectorise (a 7-wide row's epilogue), and a
+   ReLU6 on activations of either sign mispredicts half of those branches. */
+static inline float cl_sel_f32(int c, float a, float b) { cl_f32_bits x = { a }, y = { b }; uint32_t m = 0u - (uint32_t)c; x.u = (x.u & m) | (y.u & ~m); return x.f; }
+static inline double cl_sel_f64(int c, double a, double b) { cl_f64_bits x = { a }, y = { b }; uint64_t m = 0u - (uint64_t)c; x.u = (x.u & m) | (y.u & ~m); return x.f; }
 #define CL_FLOAT_OPS(T, S) \
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
-static inline T cl_max_##S(T a, T b) { return (a >= b || isnan(a)) ? a : b; } \
-static inline T cl_min_##S(T a, T b) { return (a <= b || isnan(a)) ? a : b; } \
+static inline T cl_max_##S(T a, T b) { return cl_sel_##S((a >= b) | (a != a), a, b); } \
+static inline T cl_min_##S(T a, T b) { return cl_sel_##S((a <= b) | (a != a), a, b); } \
 static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 CL_FLOAT_OPS(float, f32)
 CL_FLOAT_OPS(double, f64)

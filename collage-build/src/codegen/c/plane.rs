@@ -5,7 +5,11 @@
 //! bound; with unit strides the band's output rows are computed on the scratch's row pitch, one
 //! contiguous loop of `rows x padded width` per tap (two columns per row are computed and
 //! dropped), so a 7x7 or 14x14 plane still runs long vector loops. Strided windows run a loop
-//! per output row on the same scratch.
+//! per output row on the same scratch. The flat loops run in whole vectors of [`VL`] (the scratch
+//! has the slack), so no scalar remainder runs per plane; an epilogue that reads no spatial index
+//! (bias, clip: the usual ones) runs on the accumulators in the same vectors, and whole rows are
+//! copied in and out with fixed-size copies — a 7x7 plane's rows are too short for a loop to
+//! vectorise.
 use std::fmt::Write;
 
 use super::{conjuncts, uses_var, Emitter};
@@ -14,6 +18,14 @@ use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// Scratch (padded input band and accumulators) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
+
+/// Lanes of the flat loops: one AVX-512 vector, two AVX2 ones.
+const VL: usize = 16;
+
+/// `n` rounded up to whole vectors.
+fn round_up(n: usize) -> usize {
+    n.div_ceil(VL) * VL
+}
 
 /// One spatial axis of the window: input index `stride * i + dilation * r + offset`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -222,13 +234,20 @@ impl PlanePlan {
             .map(|f| em.expr(f))
             .unwrap_or_else(|| "acc".into());
         let c1 = shape[1];
+        // An epilogue that reads no spatial index runs on the accumulators as they lie (junk
+        // columns too), and the rows are copied out whole.
+        let flat_epilogue = r
+            .finalize
+            .as_ref()
+            .is_none_or(|f| !uses_var(f, 2) && !uses_var(f, 3));
         let mut s = String::new();
         let wr = &mut s;
+        // The flat loops read up to a vector past the band's last row (pw + VL slack, zero).
         writeln!(
             wr,
             "    float pad[{}], accs[{}];",
-            rows_in * pw + pw,
-            self.band * pitch
+            rows_in * pw + pw + VL,
+            round_up(self.band * pitch)
         )
         .unwrap();
         writeln!(wr, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
@@ -275,7 +294,8 @@ impl PlanePlan {
         .unwrap();
         writeln!(
             wr,
-            "            for (int64_t q = rows_in * {pw}; q < rows_in * {pw} + {pw}; ++q) pad[q] = 0.0f;"
+            "            for (int64_t q = rows_in * {pw}; q < rows_in * {pw} + {}; ++q) pad[q] = 0.0f;",
+            pw + VL
         )
         .unwrap();
         writeln!(
@@ -304,8 +324,21 @@ impl PlanePlan {
         .unwrap();
         writeln!(
             wr,
-            "                for (int64_t c = 0; c < {lo_c}; ++c) d[c] = 0.0f;\n                for (int64_t c = {lo_c}; c < {hi_c}; ++c) d[c] = src[c + ({})];\n                for (int64_t c = {hi_c}; c < {pw}; ++c) d[c] = 0.0f;",
-            w.offset
+            "                for (int64_t c = 0; c < {lo_c}; ++c) d[c] = 0.0f;"
+        )
+        .unwrap();
+        if hi_c > lo_c {
+            writeln!(
+                wr,
+                "                __builtin_memcpy(d + {lo_c}, src + {}, {});",
+                lo_c + w.offset,
+                (hi_c - lo_c) * 4
+            )
+            .unwrap();
+        }
+        writeln!(
+            wr,
+            "                for (int64_t c = {hi_c}; c < {pw}; ++c) d[c] = 0.0f;"
         )
         .unwrap();
         writeln!(wr, "            }}").unwrap();
@@ -325,7 +358,7 @@ impl PlanePlan {
         if unit {
             writeln!(
                 wr,
-                "            for (int64_t q = 0; q < rows * {pw}; ++q) accs[q] = {};",
+                "            for (int64_t q0 = 0; q0 < rows * {pw}; q0 += {VL}) {{\n#pragma omp simd\n                for (int64_t q = q0; q < q0 + {VL}; ++q) accs[q] = {};\n            }}",
                 sum("q")
             )
             .unwrap();
@@ -337,6 +370,33 @@ impl PlanePlan {
                 sum(&format!("y * {} + c * {}", h.stride * pw, w.stride))
             )
             .unwrap();
+        }
+        if flat_epilogue {
+            writeln!(
+                wr,
+                "            for (int64_t q0 = 0; q0 < rows * {pitch}; q0 += {VL}) {{\n#pragma omp simd\n                for (int64_t q = q0; q < q0 + {VL}; ++q) {{ const float acc = accs[q]; accs[q] = {fin}; }}\n            }}"
+            )
+            .unwrap();
+            let base = format!("b{id} + i0 * {} + i1 * {} + y0 * {}", o(0), o(1), w.out);
+            if pitch == w.out {
+                writeln!(
+                    wr,
+                    "            __builtin_memcpy({base}, accs, rows * {});",
+                    w.out * 4
+                )
+                .unwrap();
+            } else {
+                writeln!(
+                    wr,
+                    "            for (int64_t y = 0; y < rows; ++y) __builtin_memcpy({base} + y * {}, accs + y * {pitch}, {});",
+                    w.out,
+                    w.out * 4
+                )
+                .unwrap();
+            }
+            writeln!(wr, "        }}\n    }}\n}}").unwrap();
+            out.push_str(&s);
+            return;
         }
         // The epilogue, per output element.
         writeln!(
