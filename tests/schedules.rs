@@ -156,22 +156,13 @@ fn convolutions_through_im2col_and_direct() {
         (&[2, 8, 9, 9], &[16, 8, 1, 1], 1, 0, 1),  // pointwise: no im2col
         (&[1, 8, 10, 10], &[8, 1, 3, 3], 1, 1, 8), // depthwise: direct
         (&[1, 2, 70, 33], &[5, 2, 5, 3], 1, 2, 1), // odd sizes, partial tiles
+        (&[1, 40, 7, 7], &[64, 40, 3, 3], 1, 1, 1), // a 7x7 image: vectorised along channels
+        (&[1, 24, 14, 14], &[48, 24, 1, 1], 1, 0, 1), // pointwise on 14x14: channels too
     ];
     // The first case's im2col (27 rows of 1600 columns, in panels) and its GEMM form a group:
     // instances of one 64-column panel, each reading all 27 rows of it (one slot), at L2; apart,
     // the im2col buffer would go to memory and back (2 x 27 x 1600 x 4 bytes more traffic).
-    let mut g = Graph::new("group");
-    let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 3, 40, 40])));
-    g.inputs.push(x);
-    let w = g.add_const("w", rand(&[8, 3, 3, 3], 11));
-    let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
-    let y = node(&mut g, "Conv", a, vec![x, w]);
-    g.outputs.push(y);
-    let opts = Options {
-        backends: "c".into(),
-        ..Options::default()
-    };
-    let c = collage_build::driver::compile(g, "t", &opts).unwrap();
+    let c = padded_conv3x3(&[1, 3, 40, 40], 8);
     let gs = collage_build::report::groups(&c);
     assert_eq!(gs.len(), 1);
     let (grp, info) = (&gs[0].group, &gs[0].info);
@@ -401,6 +392,42 @@ fn random_schedules_on_random_shapes() {
             1,
             "{name}: the im2col and its GEMM form a group"
         );
+        // Short rows (small images), channels in whole vectors: contractions vectorised along
+        // their channels, the reduction in blocks (the schedule's accumulator bytes), a 3x3
+        // through im2col with a vectorised epilogue, and a pointwise one over a long reduction
+        // whose residual epilogue runs one element at a time.
+        let (ci, co, h) = (d.int(1, 40), 16 * d.int(2, 6), d.int(2, 12));
+        check_with(
+            &format!("r{seed}_channels"),
+            &[1, ci, h, h],
+            &opts,
+            o,
+            |g, x| {
+                let wt = g.add_const("w", rand(&[co, ci, 3, 3], 18));
+                let b = g.add_const("b", rand(&[co], 19));
+                let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                let y = node(g, "Conv", a, vec![x, wt, b]);
+                node(g, "Relu", Attrs::default(), vec![y])
+            },
+        );
+        let (ci, co, h) = (512 + d.int(0, 90), 16 * d.int(2, 4), d.int(1, 9));
+        check_with(
+            &format!("r{seed}_channels_long"),
+            &[1, ci, h, h],
+            &opts,
+            o,
+            |g, x| {
+                let wt = g.add_const("w", rand(&[co, ci, 1, 1], 20));
+                let y = node(
+                    g,
+                    "Conv",
+                    ints(&[("kernel_shape", vec![1, 1])]),
+                    vec![x, wt],
+                );
+                let r = g.add_const("r", rand(&[1, co, h, h], 21));
+                node(g, "Add", Attrs::default(), vec![y, r])
+            },
+        );
         // Pooling.
         let (c, h) = (d.int(1, 5), d.int(2, 19));
         let (kk, st) = (d.int(1, 3).min(h) as i64, d.int(1, 2) as i64);
@@ -458,4 +485,48 @@ fn schedule_seeds_change_the_generated_code() {
         sources.insert(c.c_source);
     }
     assert!(sources.len() >= 4, "{} distinct kernels", sources.len());
+}
+
+/// A 3x3 convolution over a 7x7 image with 64 output channels vectorises along its channels
+/// (49 columns fill whole vectors poorly), its weight transposed into panels of channels; the
+/// same over a 28x28 image (784 columns) vectorises along its row.
+#[test]
+fn short_rows_vectorise_along_channels() {
+    let texts = |h: usize| -> Vec<String> {
+        let c = padded_conv3x3(&[1, 40, h, h], 64);
+        let p = &c.program;
+        (0..p.bufs.len() as u32)
+            .filter_map(|b| p.stage(b))
+            .filter(|st| st.reduce.is_some())
+            .map(|st| collage_build::codegen::c::schedule_text(p, st, 16))
+            .collect()
+    };
+    let small = texts(7);
+    assert!(
+        small
+            .iter()
+            .any(|t| t.starts_with("channel-vectorised vector i1 lanes 4x16 jam i2x6")),
+        "{small:?}"
+    );
+    let large = texts(28);
+    assert!(
+        large.iter().all(|t| !t.starts_with("channel-vectorised")),
+        "{large:?}"
+    );
+}
+
+/// A padded 3x3 convolution of an input of `x_shape` to `co` channels, compiled on `c` alone.
+fn padded_conv3x3(x_shape: &[usize], co: usize) -> collage_build::codegen::Compiled {
+    let mut g = Graph::new("conv3x3");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, x_shape)));
+    g.inputs.push(x);
+    let w = g.add_const("w", rand(&[co, x_shape[1], 3, 3], 11));
+    let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+    let y = node(&mut g, "Conv", a, vec![x, w]);
+    g.outputs.push(y);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    collage_build::driver::compile(g, "t", &opts).unwrap()
 }

@@ -62,8 +62,14 @@ pub fn kernels(
                 name: st.name.clone(),
                 backend: st.exec.backend(),
                 schedule,
-                knobs: (st.exec == crate::te::Exec::Generated && st.reduce.is_some())
-                    .then(|| crate::schedule::Schedule::of(st, 16)),
+                knobs: (st.exec == crate::te::Exec::Generated && st.reduce.is_some()).then(|| {
+                    // A channel-vectorised stage's tile spans its channels.
+                    let row = match schedule {
+                        Schedule::Channel => st.ty.shape[st.ty.rank() - 2],
+                        _ => st.ty.shape.last().copied().unwrap_or(1),
+                    };
+                    crate::schedule::Schedule::of_row(st, row, 16)
+                }),
                 output: p.bufs[id as usize].ty.to_string(),
                 work: st.work(),
                 estimate_us: kernel_estimate_us(p, id),

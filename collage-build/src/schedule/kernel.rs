@@ -43,12 +43,18 @@ impl Schedule {
     /// the build schedules for ([`Target::for_build`](crate::target::Target::for_build): a
     /// named target, never the build machine).
     pub fn of(st: &Stage, lanes: usize) -> Schedule {
+        Schedule::of_row(st, st.ty.shape.last().copied().unwrap_or(1), lanes)
+    }
+
+    /// [`Schedule::of`] for a stage vectorised along a dimension of `row` elements (its last,
+    /// or its channels).
+    pub fn of_row(st: &Stage, row: usize, lanes: usize) -> Schedule {
         if let Some(s) = st.schedule {
             return s;
         }
         let target = crate::target::Target::for_build();
         let cpu = target.cpu().expect("a CPU target");
-        Schedule::default_for(st.ty.shape.last().copied().unwrap_or(1), lanes, cpu)
+        Schedule::default_for(row, lanes, cpu)
     }
 
     /// A point of the space drawn from `seed` (tests of the whole space): vecs 1..=4, rows

@@ -115,7 +115,7 @@ pub fn kernel_estimate_us(p: &Program, id: u32) -> f64 {
 /// strided ones the slowest). Elementwise stages are estimated by [`elementwise_rate`].
 fn rate(s: Schedule) -> f64 {
     match s {
-        Schedule::RegisterBlocked => 46_000.0,
+        Schedule::RegisterBlocked | Schedule::Channel => 46_000.0,
         Schedule::Row => 2_000.0,
         Schedule::Plain => 1_500.0,
         Schedule::Plane => 13_000.0,

@@ -1,0 +1,253 @@
+//! Contractions vectorised along their output channels: `out[.., c, j] = sum_r w'[r, c] *
+//! x[.., r, j]` for a row `j` that whole vectors cover poorly (a 7x7 image's 49 columns fill 49
+//! of 64 lanes, and the last column takes a second pass over the weights). The weight has been
+//! transposed so that its channels are contiguous ([`super::channel_axis`]); the register tile
+//! is `vecs` vectors of channels by `rows` columns, every `x` value a broadcast.
+//!
+//! A task is one tile of channels over a group of columns. The reduction runs in blocks of `kc`
+//! (GotoBLAS's panel: the block of `w'` a tile reads, `kc x tile` floats, stays in L2 while
+//! every column block of the group uses it, instead of each column block streaming all of
+//! `w'`); partial sums live in a scratch of the task's outputs on the stack between blocks.
+//! The epilogue runs once per output after the last block, along the channels when it
+//! vectorises there (a bias, a clip), else one element at a time; the outputs of one vector are
+//! a row apart in memory and are stored one by one.
+use std::fmt::Write;
+
+use super::{channel_axis, jam_expr, jammed_offset, vector_expr, vector_expr_acc, vectorizable};
+use super::{load_coef, Emitter};
+use crate::ir::{strides, DType};
+use crate::te::{Expr, Program, Stage};
+
+/// The most accumulator vectors of a register tile with 32 vector registers (AVX-512), and with
+/// 16 (AVX2, SSE): the rest hold the weight vectors and a broadcast.
+const ACCS_32: usize = 24;
+const ACCS_16: usize = 12;
+
+/// Reduction block (rows of `w'`) without a schedule: with a tile of 64 channels, 64 KiB of
+/// weights per block.
+const KC: usize = 256;
+
+/// Tasks a stage is split into at least (when it has that many column blocks): the
+/// parallelism of a few cores.
+const MIN_TASKS: usize = 16;
+
+/// The plan of a channel-vectorised contraction (see the module documentation).
+#[derive(Clone, Debug)]
+pub(super) struct ChannelPlan {
+    /// The channel dimension (vectorised) and the row dimension (jammed).
+    c: usize,
+    row: usize,
+    lanes: usize,
+    vecs: usize,
+    /// Columns per register tile.
+    rows: usize,
+    /// Reduction block.
+    kc: usize,
+    /// Columns per task (a multiple of `rows`, but for the last group).
+    group: usize,
+    /// Tiles of channels, column groups, and the other (outer) dimensions' extent.
+    n_tiles: usize,
+    n_groups: usize,
+    /// Tasks: every other dimension, the channel tiles, the column groups.
+    pub(super) n_outer: usize,
+}
+
+impl ChannelPlan {
+    pub(super) fn new(p: &Program, st: &Stage, lanes: usize) -> Option<ChannelPlan> {
+        let c = channel_axis(p, st)?;
+        let r = st.reduce.as_ref()?;
+        let shape = &st.ty.shape;
+        // One reduction variable (blocked), the weight transposed (its channels contiguous).
+        if r.extents.len() != 1 || st.ty.dtype != DType::F32 {
+            return None;
+        }
+        let mut unit = false;
+        st.body.visit(&mut |e| {
+            unit |= matches!(e, Expr::Load(..)) && load_coef(p, e, c as u32) == Some(1)
+        });
+        if !unit || !vectorizable(p, &st.body, c as u32) {
+            return None;
+        }
+        let row = shape.len() - 1;
+        let sched = crate::schedule::Schedule::of_row(st, shape[c], lanes);
+        let vecs = (1..=(sched.vecs as usize).clamp(1, 4))
+            .rev()
+            .find(|k| shape[c].is_multiple_of(k * lanes))?;
+        let budget = if lanes >= 16 { ACCS_32 } else { ACCS_16 };
+        let rows = match st.schedule {
+            Some(s) => s.rows as usize,
+            None => budget / vecs,
+        }
+        .clamp(1, shape[row]);
+        let tile = vecs * lanes;
+        let k = r.extents[0];
+        let kc = match st.schedule {
+            Some(s) => (s.acc_bytes as usize / (tile * 4)).clamp(16, 1024),
+            None => KC,
+        }
+        .min(k);
+        let n_tiles = shape[c] / tile;
+        let others: usize = (0..shape.len())
+            .filter(|&d| d != c && d != row)
+            .map(|d| shape[d])
+            .product();
+        let blocks = shape[row].div_ceil(rows);
+        let want = MIN_TASKS.div_ceil(n_tiles * others).clamp(1, blocks);
+        let group = blocks.div_ceil(want) * rows;
+        let n_groups = shape[row].div_ceil(group);
+        Some(ChannelPlan {
+            c,
+            row,
+            lanes,
+            vecs,
+            rows,
+            kc,
+            group,
+            n_tiles,
+            n_groups,
+            n_outer: others * n_tiles * n_groups,
+        })
+    }
+
+    /// The schedule's text (the filetests' form).
+    pub(super) fn text(&self) -> String {
+        format!(
+            "channel-vectorised vector i{} lanes {}x{} jam i{}x{} kc {} tasks {}x{} columns {}",
+            self.c,
+            self.vecs,
+            self.lanes,
+            self.row,
+            self.rows,
+            self.kc,
+            self.n_tiles,
+            self.n_groups,
+            self.group
+        )
+    }
+
+    pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+        let shape = &st.ty.shape;
+        let r = st.reduce.as_ref().expect("a reduction");
+        let (c, row, w, nv) = (self.c, self.row, self.lanes, self.vecs);
+        let tw = w * nv;
+        let n = shape[row];
+        let k = r.extents[0];
+        let vt = format!("cl_f32x{w}");
+        let st_strides = strides(shape);
+        let s = out;
+        writeln!(s, "    float accb[{}];", self.group * tw).unwrap();
+        writeln!(s, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+        writeln!(
+            s,
+            "        const int64_t g = o % {}, t0 = (o / {}) % {} * {tw};",
+            self.n_groups, self.n_groups, self.n_tiles
+        )
+        .unwrap();
+        let mut rem = format!("(o / {})", self.n_groups * self.n_tiles);
+        for d in (0..shape.len()).rev().filter(|&d| d != c && d != row) {
+            writeln!(s, "        const int64_t i{d} = {rem} % {};", shape[d]).unwrap();
+            rem = format!("({rem} / {})", shape[d]);
+        }
+        writeln!(
+            s,
+            "        const int64_t j0 = g * {g}, j1 = j0 + {g} < {n} ? j0 + {g} : {n};",
+            g = self.group
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "        for (int64_t q = 0; q < (j1 - j0) * {tw}; ++q) accb[q] = 0.0f;"
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "        for (int64_t kb = 0; kb < {k}; kb += {kc}) {{\n            const int64_t ke = kb + {kc} < {k} ? kb + {kc} : {k};\n            int64_t i{row} = j0;",
+            kc = self.kc
+        )
+        .unwrap();
+        // A register tile of `jn` columns from `i{row}`: load its partial sums, run the block,
+        // store them back.
+        let jam = Some((row, self.rows));
+        let sums = |s: &mut String, jn: usize, line: &dyn Fn(usize, String) -> String| {
+            for j in 0..jn {
+                for t in 0..nv {
+                    let at = format!("*({vt} *)&accb[(i{row} - j0 + {j}) * {tw} + {}]", t * w);
+                    writeln!(s, "                {}", line(j * nv + t, at)).unwrap();
+                }
+            }
+        };
+        let name = |k: usize| format!("c{}_{}", k / nv, k % nv);
+        let tile = |s: &mut String, jn: usize| {
+            sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
+            writeln!(s, "                for (int64_t r0 = kb; r0 < ke; ++r0) {{").unwrap();
+            for j in 0..jn {
+                let body = jam_expr(&st.body, shape.len(), jam, j);
+                for t in 0..nv {
+                    let x = vector_expr(em, &body, c as u32, &format!("t0 + {}", t * w), &vt);
+                    writeln!(s, "                    c{j}_{t} += {x};").unwrap();
+                }
+            }
+            writeln!(s, "                }}").unwrap();
+            sums(s, jn, &|k, at| format!("{at} = {};", name(k)));
+        };
+        writeln!(
+            s,
+            "            for (; i{row} + {} <= j1; i{row} += {}) {{",
+            self.rows, self.rows
+        )
+        .unwrap();
+        tile(s, self.rows);
+        writeln!(s, "            }}").unwrap();
+        if self.rows > 1 {
+            writeln!(s, "            for (; i{row} < j1; ++i{row}) {{").unwrap();
+            tile(s, 1);
+            writeln!(s, "            }}").unwrap();
+        }
+        writeln!(s, "        }}").unwrap();
+        // The epilogue, column by column.
+        writeln!(
+            s,
+            "        for (int64_t i{row} = j0; i{row} < j1; ++i{row}) {{"
+        )
+        .unwrap();
+        let vec_fin = r
+            .finalize
+            .as_ref()
+            .is_none_or(|f| vectorizable(em.p, f, c as u32));
+        let skip_c = jammed_offset(shape, &st_strides, usize::MAX, 0, Some(c));
+        let all = jammed_offset(shape, &st_strides, usize::MAX, 0, None);
+        for t in 0..nv {
+            let col = format!("t0 + {}", t * w);
+            writeln!(
+                s,
+                "            {{ const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; float tv[{w}];",
+                t * w
+            )
+            .unwrap();
+            if vec_fin {
+                let value = match &r.finalize {
+                    Some(f) => vector_expr_acc(em, f, c as u32, &col, &vt, "av"),
+                    None => "av".to_string(),
+                };
+                writeln!(
+                    s,
+                    "              *({vt} *)tv = {value};\n              for (int64_t l = 0; l < {w}; ++l) b{id}[{skip_c} + ({col} + l) * {}] = tv[l]; }}",
+                    st_strides[c]
+                )
+                .unwrap();
+            } else {
+                let fin = r
+                    .finalize
+                    .as_ref()
+                    .map(|f| em.expr(f))
+                    .unwrap_or_else(|| "acc".into());
+                writeln!(
+                    s,
+                    "              *({vt} *)tv = av;\n              for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{c} = {col} + l; const float acc = tv[l]; b{id}[{all}] = {fin}; }} }}"
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "        }}\n    }}\n}}").unwrap();
+    }
+}
