@@ -2369,15 +2369,7 @@ fn transpose_const(p: &mut Program, k: usize) {
     let BufKind::Const(t) = &p.bufs[k].kind else {
         return;
     };
-    let (rows, cols) = (t.ty.shape[0], t.ty.shape[1]);
-    let mut tt = crate::ir::Tensor::zeros(crate::ir::TensorType::new(DType::F32, vec![cols, rows]));
-    for i in 0..rows {
-        for j in 0..cols {
-            let src = (i * cols + j) * 4;
-            let dst = (j * rows + i) * 4;
-            tt.data[dst..dst + 4].copy_from_slice(&t.data[src..src + 4]);
-        }
-    }
+    let tt = transposed(t, t.ty.shape[0], t.ty.shape[1]);
     p.bufs[k].ty = tt.ty.clone();
     p.bufs[k].kind = BufKind::Const(std::sync::Arc::new(tt));
     for b in &mut p.bufs {
@@ -2398,6 +2390,18 @@ fn transpose_const(p: &mut Program, k: usize) {
             *f = swap(f);
         }
     }
+}
+
+/// The f32 data of `t` read as a row-major `[rows, cols]` matrix, transposed: `[cols, rows]`.
+fn transposed(t: &crate::ir::Tensor, rows: usize, cols: usize) -> crate::ir::Tensor {
+    let mut tt = crate::ir::Tensor::zeros(crate::ir::TensorType::new(DType::F32, vec![cols, rows]));
+    for i in 0..rows {
+        for j in 0..cols {
+            let (src, dst) = ((i * cols + j) * 4, (j * rows + i) * 4);
+            tt.data[dst..dst + 4].copy_from_slice(&t.data[src..src + 4]);
+        }
+    }
+    tt
 }
 
 /// Lanes a channel-vectorised stage's channels must be whole vectors of (every variant's).
@@ -2488,26 +2492,18 @@ fn channel_weight(
     let (terms, offset) = crate::te::affine_terms(&flat);
     let mut channel = false;
     let mut hi = offset;
+    let mut r = Expr::i(offset);
     for (t, coef) in terms {
         match t {
             Expr::Var(v) if v == c && coef == k as i64 && !channel => channel = true,
             Expr::RVar(q) if coef > 0 && (q as usize) < extents.len() => {
-                hi += coef * (extents[q as usize] as i64 - 1)
+                hi += coef * (extents[q as usize] as i64 - 1);
+                r = r.add(t.mul(Expr::i(coef)));
             }
             _ => return None,
         }
     }
-    if !channel || offset < 0 || hi >= k as i64 {
-        return None;
-    }
-    let r = crate::te::affine_terms(&flat)
-        .0
-        .into_iter()
-        .filter(|(t, _)| matches!(t, Expr::RVar(_)))
-        .fold(Expr::i(offset), |acc, (t, coef)| {
-            acc.add(t.mul(Expr::i(coef)))
-        });
-    Some((w as usize, r))
+    (channel && offset >= 0 && hi < k as i64).then_some((w as usize, r))
 }
 
 /// Whether `e` uses any output variable.
@@ -2530,11 +2526,7 @@ fn channel_weights(p: &mut Program) {
             continue;
         };
         let c = channel_axis(p, st);
-        let extents = st
-            .reduce
-            .as_ref()
-            .map(|r| r.extents.clone())
-            .unwrap_or_default();
+        let extents = st.reduce.as_ref().map_or(&[][..], |r| &r.extents);
         // Only the body's reads are weights; a constant the epilogue reads (a bias) stays.
         let mut visit = |e: &Expr, in_body: bool| {
             let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
@@ -2546,8 +2538,7 @@ fn channel_weights(p: &mut Program) {
             }
             let this = c.filter(|_| in_body).and_then(|c| {
                 let ch = st.ty.shape[c];
-                channel_weight(p, e, c as u32, ch, &extents)
-                    .map(|_| (ch, p.bufs[k].ty.numel() / ch))
+                channel_weight(p, e, c as u32, ch, extents).map(|_| (ch, p.bufs[k].ty.numel() / ch))
             });
             ok[k] = Some(match ok[k] {
                 None => this,
@@ -2577,14 +2568,10 @@ fn channel_weights(p: &mut Program) {
             continue;
         };
         let ch = st.ty.shape[c];
-        let extents = st
-            .reduce
-            .as_ref()
-            .map(|r| r.extents.clone())
-            .unwrap_or_default();
+        let extents = st.reduce.as_ref().map_or(&[][..], |r| &r.extents);
         let rewrite = |e: &Expr| -> Expr {
             e.rewrite(&mut |x| {
-                let (w, r) = channel_weight(p, x, c as u32, ch, &extents)?;
+                let (w, r) = channel_weight(p, x, c as u32, ch, extents)?;
                 chosen
                     .iter()
                     .any(|&(k, _, _)| k == w)
@@ -2611,14 +2598,7 @@ fn channel_weights(p: &mut Program) {
         let BufKind::Const(t) = &p.bufs[k].kind else {
             continue;
         };
-        let mut tt =
-            crate::ir::Tensor::zeros(crate::ir::TensorType::new(DType::F32, vec![row, channels]));
-        for i in 0..channels {
-            for j in 0..row {
-                let (src, dst) = ((i * row + j) * 4, (j * channels + i) * 4);
-                tt.data[dst..dst + 4].copy_from_slice(&t.data[src..src + 4]);
-            }
-        }
+        let tt = transposed(t, channels, row);
         p.bufs[k].ty = tt.ty.clone();
         p.bufs[k].kind = BufKind::Const(std::sync::Arc::new(tt));
         // In column panels: a tile's block of `kc` rows is one contiguous stream.

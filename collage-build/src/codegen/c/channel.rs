@@ -13,9 +13,11 @@
 //! a row apart in memory and are stored one by one.
 use std::fmt::Write;
 
-use super::{channel_axis, jam_expr, jammed_offset, vector_expr, vector_expr_acc, vectorizable};
-use super::{load_coef, Emitter};
-use crate::ir::{strides, DType};
+use super::{
+    channel_axis, jam_expr, jammed_offset, load_coef, vector_expr, vector_expr_acc, vectorizable,
+    Emitter,
+};
+use crate::ir::strides;
 use crate::te::{Expr, Program, Stage};
 
 /// The most accumulator vectors of a register tile with 32 vector registers (AVX-512), and with
@@ -54,13 +56,11 @@ pub(super) struct ChannelPlan {
 
 impl ChannelPlan {
     pub(super) fn new(p: &Program, st: &Stage, lanes: usize) -> Option<ChannelPlan> {
+        // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
+        // weight transposed (its channels contiguous).
         let c = channel_axis(p, st)?;
         let r = st.reduce.as_ref()?;
         let shape = &st.ty.shape;
-        // One reduction variable (blocked), the weight transposed (its channels contiguous).
-        if r.extents.len() != 1 || st.ty.dtype != DType::F32 {
-            return None;
-        }
         let mut unit = false;
         st.body.visit(&mut |e| {
             unit |= matches!(e, Expr::Load(..)) && load_coef(p, e, c as u32) == Some(1)
