@@ -410,6 +410,31 @@ fn random_schedules_on_random_shapes() {
                 node(g, "Relu", Attrs::default(), vec![y])
             },
         );
+        // Convolutions that read their padded input directly (no im2col): channels in whole
+        // vectors, any image size, strides, dilations, asymmetric pads, rectangular kernels.
+        let (ci, co) = (d.int(1, 12), 16 * d.int(2, 4));
+        let (h, w) = (d.int(7, 40), d.int(7, 40));
+        let (kh, kw) = (d.int(1, 3) as i64, d.int(1, 3) as i64);
+        let (s, dil) = (d.int(1, 2) as i64, d.int(1, 2) as i64);
+        let pads: Vec<i64> = (0..4).map(|_| d.int(0, 2) as i64).collect();
+        check_with(
+            &format!("r{seed}_direct"),
+            &[1, ci, h, w],
+            &opts,
+            o,
+            |g, x| {
+                let wt = g.add_const("w", rand(&[co, ci, kh as usize, kw as usize], 22));
+                let b = g.add_const("b", rand(&[co], 23));
+                let a = ints(&[
+                    ("pads", pads.clone()),
+                    ("kernel_shape", vec![kh, kw]),
+                    ("strides", vec![s, s]),
+                    ("dilations", vec![dil, dil]),
+                ]);
+                let y = node(g, "Conv", a, vec![x, wt, b]);
+                node(g, "Relu", Attrs::default(), vec![y])
+            },
+        );
         let (ci, co, h) = (512 + d.int(0, 90), 16 * d.int(2, 4), d.int(1, 9));
         check_with(
             &format!("r{seed}_channels_long"),
@@ -487,31 +512,54 @@ fn schedule_seeds_change_the_generated_code() {
     assert!(sources.len() >= 4, "{} distinct kernels", sources.len());
 }
 
-/// A 3x3 convolution over a 7x7 image with 64 output channels vectorises along its channels
-/// (49 columns fill whole vectors poorly), its weight transposed into panels of channels; the
-/// same over a 28x28 image (784 columns) vectorises along its row.
+/// A 3x3 convolution with 64 output channels vectorises along its channels and reads its padded
+/// input in place of an im2col buffer (codegen/c/direct.rs), over a 7x7 image (49 columns fill
+/// whole vectors poorly) as over a 28x28 one; with 8 output channels (half a vector) it
+/// vectorises along its row, through an im2col.
 #[test]
-fn short_rows_vectorise_along_channels() {
-    let texts = |h: usize| -> Vec<String> {
-        let c = padded_conv3x3(&[1, 40, h, h], 64);
+fn channel_convolutions_read_their_padded_input() {
+    let plans = |h: usize, co: usize| -> (Vec<String>, Vec<(String, Vec<usize>)>) {
+        let c = padded_conv3x3(&[1, 40, h, h], co);
         let p = &c.program;
-        (0..p.bufs.len() as u32)
+        let stages: Vec<_> = (0..p.bufs.len() as u32)
             .filter_map(|b| p.stage(b))
-            .filter(|st| st.reduce.is_some())
-            .map(|st| collage_build::codegen::c::schedule_text(p, st, 16))
-            .collect()
+            .collect();
+        (
+            stages
+                .iter()
+                .filter(|st| st.reduce.is_some())
+                .map(|st| collage_build::codegen::c::schedule_text(p, st, 16))
+                .collect(),
+            stages
+                .iter()
+                .filter(|st| st.reduce.is_none())
+                .map(|st| (st.name.clone(), st.ty.shape.clone()))
+                .collect(),
+        )
     };
-    let small = texts(7);
+    for h in [7, 28] {
+        let (texts, injective) = plans(h, 64);
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.starts_with("channel-vectorised vector i1 lanes 4x16 jam i2x6")),
+            "{h}x{h}: {texts:?}"
+        );
+        assert!(
+            injective
+                .iter()
+                .any(|(n, s)| n.ends_with("_padded") && *s == [1, 40, h + 2, h + 2]),
+            "{h}x{h}: {injective:?}"
+        );
+    }
+    let (texts, injective) = plans(28, 8);
     assert!(
-        small
-            .iter()
-            .any(|t| t.starts_with("channel-vectorised vector i1 lanes 4x16 jam i2x6")),
-        "{small:?}"
+        texts.iter().all(|t| !t.starts_with("channel-vectorised")),
+        "{texts:?}"
     );
-    let large = texts(28);
     assert!(
-        large.iter().all(|t| !t.starts_with("channel-vectorised")),
-        "{large:?}"
+        injective.iter().all(|(n, _)| !n.ends_with("_padded")),
+        "{injective:?}"
     );
 }
 

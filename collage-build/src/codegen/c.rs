@@ -12,6 +12,7 @@ use crate::te::{
 };
 
 mod channel;
+mod direct;
 mod plane;
 use channel::ChannelPlan;
 use plane::PlanePlan;
@@ -2348,6 +2349,7 @@ fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
 /// the last dimension with the stage's row (`b[.., Var(row)]`): the register-blocked kernel then
 /// streams each panel contiguously instead of striding across rows.
 pub fn pack_weights(p: &mut Program) {
+    direct::direct_convs(p);
     channel_weights(p);
     transpose_weights(p);
     let mut ok: Vec<Option<bool>> = vec![None; p.bufs.len()];
@@ -2515,7 +2517,18 @@ fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
         return None;
     }
     let (n, c) = (shape[rank - 1], rank - 2);
-    if n >= MAX_CHANNEL_ROW
+    // A long row too when the input is not affine along it (a convolution reading its padded
+    // input directly, codegen/c/direct.rs): no plan vectorises along such a row.
+    let affine_row = |e: &Expr| {
+        let mut ok = true;
+        e.visit(&mut |x| {
+            if matches!(x, Expr::Load(..) | Expr::LoadFlat(..)) {
+                ok &= load_coef(p, x, rank as u32 - 1).is_some();
+            }
+        });
+        ok
+    };
+    if (n >= MAX_CHANNEL_ROW && affine_row(&st.body))
         || shape[c] < 2 * CHANNEL_LANES
         || !shape[c].is_multiple_of(CHANNEL_LANES)
     {
