@@ -2505,17 +2505,9 @@ const MAX_CHANNEL_ROW: usize = 256;
 /// to `w'[r, channel]` ([`channel_weights`]) and the register tile spans channels; the row is
 /// jammed.
 fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
-    let r = st.reduce.as_ref()?;
+    let r = generated_f32_sum(st)?;
     let shape = &st.ty.shape;
     let rank = shape.len();
-    if r.op != RedOp::Sum
-        || st.exec != Exec::Generated
-        || st.ty.dtype != DType::F32
-        || rank < 2
-        || r.extents.len() != 1
-    {
-        return None;
-    }
     let (n, c) = (shape[rank - 1], rank - 2);
     // A long row too when the input is not affine along it (a convolution reading its padded
     // input directly, codegen/c/direct.rs): no plan vectorises along such a row.
@@ -2554,6 +2546,18 @@ fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
         .is_none_or(|f| vectorizable(p, f, c as u32))
         || k >= 512;
     (ok && fin_ok).then_some(c)
+}
+
+/// The reduction of a generated f32 sum over one reduction variable with an output of rank 2
+/// or more (the contractions [`channel_axis`] and `direct::direct_convs` consider).
+fn generated_f32_sum(st: &Stage) -> Option<&crate::te::Reduce> {
+    let r = st.reduce.as_ref()?;
+    (r.op == RedOp::Sum
+        && st.exec == Exec::Generated
+        && st.ty.dtype == DType::F32
+        && st.ty.rank() >= 2
+        && r.extents.len() == 1)
+        .then_some(r)
 }
 
 /// When `e` reads an f32 constant as a `[channels, k]` matrix at `channel * k + r` (`r` over

@@ -16,9 +16,9 @@
 //! share of the buffer was read by the other).
 use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{strides, DType, TensorType};
-use crate::te::{affine_terms, simplify, BinOp, BufKind, Exec, Expr, Program, RedOp, Src, Stage};
+use crate::te::{affine_terms, simplify, BinOp, BufKind, Exec, Expr, Program, Src, Stage};
 
-use super::{channel_axis, channel_weight, conjuncts};
+use super::{channel_axis, channel_weight, conjuncts, generated_f32_sum};
 
 /// The most elements a padded input may have, as a multiple of the input's.
 const MAX_GROWTH: usize = 4;
@@ -59,18 +59,9 @@ fn direct(
     g: usize,
     st: &Stage,
 ) -> Option<(usize, Option<Stage>, usize, Expr)> {
-    let r = st.reduce.as_ref()?;
+    let r = generated_f32_sum(st)?;
     let shape = &st.ty.shape;
-    let rank = shape.len();
-    if r.op != RedOp::Sum
-        || st.exec != Exec::Generated
-        || st.ty.dtype != DType::F32
-        || rank < 2
-        || r.extents.len() != 1
-    {
-        return None;
-    }
-    let c = rank - 2;
+    let c = shape.len() - 2;
     let Expr::Bin(BinOp::Mul, x, y) = &st.body else {
         return None;
     };
