@@ -88,12 +88,18 @@ fn direct(
     };
     let mut rs = readers[a].clone();
     rs.dedup();
+    // The operand is the contraction's only read of the im2col (its epilogue keeps its reads).
+    let in_fin = r
+        .finalize
+        .as_ref()
+        .is_some_and(|f| f.sources().contains(&Src::Buf(a as u32)));
     if ast.reduce.is_some()
         || ast.exec != Exec::Generated
         || ast.ty.dtype != DType::F32
         || ab.packed
         || p.outputs.contains(&(a as u32))
         || rs != [g as u32]
+        || in_fin
     {
         return None;
     }
