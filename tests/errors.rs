@@ -140,6 +140,30 @@ fn mismatched_shapes_name_the_node_and_op() {
     );
 }
 
+/// Found by fuzzing: a reduced shape mutated to a rank of about 10^5 (all ones) made the code
+/// generator's index unravelling quadratic in the rank. A rank over the limit is an error
+/// naming the node and op; a rank at the limit compiles.
+#[test]
+fn ranks_beyond_the_limit_are_errors() {
+    let reshape = |rank: usize| {
+        let mut shape = vec![6];
+        shape.resize(rank, 1);
+        one_node(
+            "Reshape",
+            Some(&[2, 3]),
+            &["x", "s"],
+            vec![ints("s", &shape)],
+            vec![],
+        )
+    };
+    let msg = compile(&reshape(100)).unwrap_err().to_string();
+    assert!(
+        msg.contains("Reshape") && msg.contains("rank 100") && msg.contains("64 dimensions"),
+        "{msg}"
+    );
+    compile(&reshape(64)).unwrap();
+}
+
 #[test]
 fn symbolic_dimensions_are_explained() {
     let bytes = model(

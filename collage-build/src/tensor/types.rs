@@ -642,8 +642,22 @@ impl Limits {
         Limits::for_target(bits, ceiling)
     }
 
-    /// `Err` with a message when `ty` is larger than the limit (or its size overflows).
+    /// The most dimensions a tensor may have (NumPy's limit). Loops, index arithmetic and
+    /// generated code grow with the rank; no model needs more, and a fuzzed one with a rank of
+    /// 10^5 (all ones) made the index unravelling of its kernels hundreds of megabytes of C.
+    pub const MAX_RANK: usize = 64;
+
+    /// `Err` with a message when `ty` is larger than the limit (or its size overflows), or has
+    /// more than [`Limits::MAX_RANK`] dimensions.
     pub fn check(&self, ty: &TensorType) -> Result<(), String> {
+        if ty.rank() > Self::MAX_RANK {
+            return Err(format!(
+                "a {} tensor of rank {}, over the limit of {} dimensions",
+                ty.dtype,
+                ty.rank(),
+                Self::MAX_RANK
+            ));
+        }
         // An empty dimension makes the tensor empty, but loops and reductions still multiply
         // the others: their product (each 0 counted as 1) is bounded as well.
         let extents = ty
