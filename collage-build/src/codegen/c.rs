@@ -1539,14 +1539,11 @@ fn emit_guarded(
             None => "0".to_string(),
         };
         let (rowflat, rows) = packed_rows(shape);
-        for (a, b, val) in &ranges {
+        for (i, (a, b, val)) in ranges.iter().enumerate() {
             let scalar_loop =
                 format!("for (int64_t {v} = s; {v} < e; ++{v}) {{ {def}d[{v} - s] = {val}; }}");
-            let copy = if std::ptr::eq(*val, &value) {
-                copy.as_deref()
-            } else {
-                None
-            };
+            // The middle range holds the values; the others zeros.
+            let copy = copy.as_deref().filter(|_| i == 1);
             writeln!(
                 out,
                 "{indent}    for (int64_t s = {a}; s < {b};) {{\n\
@@ -1564,8 +1561,8 @@ fn emit_guarded(
             .unwrap();
         }
     } else {
-        for (a, b, val) in &ranges {
-            if let (true, Some(c)) = (std::ptr::eq(*val, &value), copy.as_deref()) {
+        for (i, (a, b, val)) in ranges.iter().enumerate() {
+            if let Some(c) = copy.as_deref().filter(|_| i == 1) {
                 // The output is contiguous along the loop: `d` is its element at `s`.
                 let scalar_loop = format!(
                     "for (int64_t {v} = s; {v} < e; ++{v}) {{ {def}b{id}[{flat_out}] = {val}; }}"
@@ -1601,30 +1598,19 @@ fn emit_guarded(
 /// 38.0 ms on one thread).
 fn vector_copy(src_def: &str, scalar_loop: &str, lanes: usize) -> String {
     let mut s = format!("{{ const int64_t m = e - s; {src_def} ");
+    // Whole vectors of `lanes` with an overlapping last one, else two overlapping half vectors,
+    // and so on down to four lanes.
     let mut w = lanes;
-    let mut first = true;
     while w >= 4 {
         let vt = format!("cl_f32x{w}");
         let mv = |at: &str| format!("*({vt} *)(d + {at}) = *(const {vt} *)(src + {at});");
-        let els = if first { "" } else { "else " };
-        if first {
-            write!(
-                s,
-                "if (m >= {w}) {{ int64_t j = 0; for (; j + {w} <= m; j += {w}) {} if (j < m) {} }} ",
-                mv("j"),
-                mv(&format!("m - {w}"))
-            )
-            .unwrap();
+        let last = mv(&format!("m - {w}"));
+        if w == lanes {
+            let step = mv("j");
+            write!(s, "if (m >= {w}) {{ int64_t j = 0; for (; j + {w} <= m; j += {w}) {step} if (j < m) {last} }} ").unwrap();
         } else {
-            write!(
-                s,
-                "{els}if (m >= {w}) {{ {} {} }} ",
-                mv("0"),
-                mv(&format!("m - {w}"))
-            )
-            .unwrap();
+            write!(s, "else if (m >= {w}) {{ {} {last} }} ", mv("0")).unwrap();
         }
-        first = false;
         w /= 2;
     }
     s.push_str(&format!("else {{ (void)src; {scalar_loop} }} }}"));

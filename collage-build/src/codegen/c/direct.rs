@@ -151,8 +151,8 @@ fn direct(
         lo[d] = iv.lo.min(0);
         pshape[d] = (iv.hi.max(xs[d] as i64 - 1) - lo[d] + 1) as usize;
     }
-    let numel: usize = pshape.iter().product();
-    if numel > MAX_GROWTH * xbuf.ty.numel().max(1) {
+    let numel = pshape.iter().try_fold(1usize, |n, &e| n.checked_mul(e))?;
+    if numel > xbuf.ty.numel().max(1).saturating_mul(MAX_GROWTH) {
         return None;
     }
     // The padded input: `xp[y] = x[y + lo]` inside `x`, else 0.
@@ -212,17 +212,13 @@ fn direct(
         Expr::bin(BinOp::Mul, read, w.as_ref().clone())
     };
     // Only where the channel-vectorised plan then takes the contraction: no other plan reads
-    // an input that is not affine along the row.
+    // an input that is not affine along the row. (The new read is flat, so what `channel_axis`
+    // reads of the program — the weight, the epilogue's sources — is as before the rewrite.)
     let probe = Stage {
         body: new_body.clone(),
         ..st.clone()
     };
-    let mut q = p.clone();
-    if let Some(padded) = &padded {
-        q.bufs[a].ty = padded.ty.clone();
-        q.bufs[a].kind = BufKind::Stage(padded.clone());
-    }
-    channel_axis(&q, &probe)?;
+    channel_axis(p, &probe)?;
     Some((a, padded, g, new_body))
 }
 
