@@ -193,7 +193,8 @@ fn depthwise_convolutions_over_padded_planes() {
     // (input shape, kernel, strides, pads [top, left, bottom, right], dilations, multiplier):
     // unit and strided windows, 5x5, dilation, asymmetric and no padding, a plane taller than
     // one band of the scratch (100x100), a batch of two, and two outputs per input channel
-    // (not a plane of its own: the row schedule's path).
+    // (not a plane of its own: the row schedule's path); rows of 5 (a narrow vector overlapping
+    // its predecessor) and of 3 (scalar), and a stride of 3 (three phases per padded row).
     let cases: &[(&[usize], usize, i64, [i64; 4], i64, usize)] = &[
         (&[1, 3, 14, 14], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[1, 4, 15, 9], 3, 2, [1, 1, 1, 1], 1, 1),
@@ -205,6 +206,10 @@ fn depthwise_convolutions_over_padded_planes() {
         (&[1, 2, 100, 100], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[2, 3, 10, 10], 3, 2, [1, 1, 1, 1], 1, 1),
         (&[1, 3, 10, 10], 3, 1, [1, 1, 1, 1], 1, 2),
+        (&[1, 2, 6, 5], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[1, 2, 3, 3], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[1, 2, 16, 40], 3, 3, [1, 2, 0, 1], 1, 1),
+        (&[1, 2, 30, 37], 5, 3, [2, 2, 2, 2], 2, 1),
     ];
     // The generated code only: a library backend would take the larger planes.
     let c_only = Options {
@@ -227,6 +232,14 @@ fn depthwise_convolutions_over_padded_planes() {
             node(g, "Relu", Attrs::default(), vec![y])
         });
     }
+    // A residual added in the epilogue (rows of 21: whole vectors and a remainder).
+    check_with("dw_residual", &[1, 3, 9, 21], &c_only, &["-O2"], |g, x| {
+        let w = g.add_const("w", rand(&[3, 1, 3, 3], 13));
+        let mut a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+        a.0.insert("group".into(), Attr::Int(3));
+        let y = node(g, "Conv", a, vec![x, w]);
+        node(g, "Add", Attrs::default(), vec![y, x])
+    });
 }
 
 #[test]

@@ -1135,7 +1135,7 @@ fn emit_stage(
     }
     writeln!(out, "{}", ptr(id, false)).unwrap();
     if let Some(pp) = &plane {
-        pp.emit(out, &em, id, st);
+        pp.emit(out, &em, id, st, lanes);
         return (fname, n_outer, parallel);
     }
     if let Some(cp) = &channel {

@@ -1,31 +1,22 @@
 //! Depthwise window reductions over whole image planes: a depthwise convolution (one input
 //! channel per output channel) computes each output plane from one input plane, so one task
-//! takes one plane. A band of the plane is first copied into a zero-padded scratch on the
-//! stack (the padding the guard `select(in bounds, x * w, 0)` describes), so no tap tests a
-//! bound; with unit strides the band's output rows are computed on the scratch's row pitch, one
-//! contiguous loop of `rows x padded width` per tap (two columns per row are computed and
-//! dropped), so a 7x7 or 14x14 plane still runs long vector loops. Strided windows run a loop
-//! per output row on the same scratch. The flat loops run in whole vectors of [`VL`] (the scratch
-//! has the slack), so no scalar remainder runs per plane; an epilogue that reads no spatial index
-//! (bias, clip: the usual ones) runs on the accumulators in the same vectors, and whole rows are
-//! copied in and out with fixed-size copies — a 7x7 plane's rows are too short for a loop to
-//! vectorise.
+//! takes one plane. A band of the plane's input rows is first copied into a zero-padded scratch
+//! on the stack (the padding the guard `select(in bounds, x * w, 0)` describes), so no tap tests
+//! a bound. A strided window's rows are stored deinterleaved, one row per phase of the column
+//! stride (columns `s * c + k` at `c` of phase `k`), so every tap of every output vector is one
+//! contiguous load, whatever the stride. Each output row is then computed in whole vectors of the
+//! variant's lanes (the last one overlapping its predecessor when the row is not a multiple,
+//! narrower vectors for narrow rows), the taps summed in registers, the epilogue (bias, clip,
+//! residual) applied to the vector and the result stored straight into the output: no
+//! accumulator scratch, no second pass.
 use std::fmt::Write;
 
-use super::{conjuncts, uses_var, Emitter};
+use super::{conjuncts, uses_var, vector_expr_acc, vectorizable, Emitter};
 use crate::ir::{strides, DType};
 use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 
-/// Scratch (padded input band and accumulators) per task, in floats: 32 KiB.
+/// Scratch (the padded input band) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
-
-/// Lanes of the flat loops: one AVX-512 vector, two AVX2 ones.
-const VL: usize = 16;
-
-/// `n` rounded up to whole vectors.
-fn round_up(n: usize) -> usize {
-    n.div_ceil(VL) * VL
-}
 
 /// One spatial axis of the window: input index `stride * i + dilation * r + offset`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -48,6 +39,12 @@ impl Axis {
     /// Input positions one band of `rows` outputs spans.
     fn span(&self, rows: usize) -> usize {
         (rows - 1) * self.stride + (self.taps - 1) * self.dilation + 1
+    }
+
+    /// Padded positions per phase of the stride: position `p` lies at `p / stride` of phase
+    /// `p % stride`.
+    fn phase_len(&self) -> usize {
+        self.span(self.out).div_ceil(self.stride)
     }
 }
 
@@ -176,16 +173,13 @@ impl PlanePlan {
                 }
             }
         }
-        let pw = w.span(w.out);
-        let acc_pitch = if h.stride == 1 && w.stride == 1 {
-            pw
-        } else {
-            w.out
-        };
-        // The largest band whose scratch (padded input rows and accumulators) fits.
-        let band = (1..=h.out)
+        // The tallest band whose padded input rows fit the scratch.
+        let row = w.stride * w.phase_len();
+        let most = (1..=h.out)
             .rev()
-            .find(|&rows| h.span(rows) * pw + rows * acc_pitch <= SCRATCH_FLOATS)?;
+            .find(|&rows| h.span(rows) * row <= SCRATCH_FLOATS)?;
+        // As many bands as that needs, of even heights.
+        let band = h.out.div_ceil(h.out.div_ceil(most));
         let plane = Expr::flatten(
             &[idx[0].clone(), idx[1].clone(), Expr::i(0), Expr::i(0)],
             &xb.ty.shape,
@@ -210,212 +204,242 @@ impl PlanePlan {
         )
     }
 
-    pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+    /// The stage's kernel for a variant of `lanes` f32 lanes.
+    pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (h, w) = (self.h, self.w);
-        let unit = h.stride == 1 && w.stride == 1;
-        // Padded row pitch: the input columns the outputs span. With unit strides the taps read
-        // past a row's end into the next row's start (columns that are computed and dropped),
-        // and past the band's last row into one more zero row.
-        let pw = w.span(w.out);
-        let pitch = if unit { pw } else { w.out };
-        let rows_in = h.span(self.band);
         let x = self.x;
-        let (lo_c, hi_c) = (
-            (-w.offset).clamp(0, pw as i64),
-            (w.input as i64 - w.offset).clamp(0, pw as i64),
-        );
+        // The scratch: `rows_in` padded input rows of `phases` rows of `pitch` floats each.
+        let phases = w.stride;
+        let pitch = w.phase_len();
+        let row = phases * pitch;
+        let rows_in = h.span(self.band);
         let st_strides = strides(shape);
         let o = |k: usize| if shape[k] == 1 { 0 } else { st_strides[k] };
+        let c1 = shape[1];
+        // The vector width: the variant's lanes, or a narrower vector for narrow rows; rows
+        // narrower than four columns run scalar.
+        let v = [lanes, 8, 4]
+            .into_iter()
+            .filter(|&v| v <= lanes && v <= w.out)
+            .max()
+            .unwrap_or(1);
+        let vt = format!("cl_f32x{v}");
+        // An epilogue that reads the output itself (a residual added in place) must see each
+        // column once: no overlapping last vector, a scalar remainder instead.
+        let in_place = r.finalize.as_ref().is_some_and(|f| {
+            let mut yes = false;
+            f.visit(&mut |e| yes |= matches!(e, Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _) if *b == id));
+            yes
+        });
+        let vec_fin = r.finalize.as_ref().is_none_or(|f| vectorizable(em.p, f, 3));
         let fin = r
             .finalize
             .as_ref()
             .map(|f| em.expr(f))
             .unwrap_or_else(|| "acc".into());
-        let c1 = shape[1];
-        // An epilogue that reads no spatial index runs on the accumulators as they lie (junk
-        // columns too), and the rows are copied out whole.
-        let flat_epilogue = r
-            .finalize
-            .as_ref()
-            .is_none_or(|f| !uses_var(f, 2) && !uses_var(f, 3));
-        let mut s = String::new();
-        let wr = &mut s;
-        // The flat loops read up to a vector past the band's last row (pw + VL slack, zero).
-        writeln!(
-            wr,
-            "    float pad[{}], accs[{}];",
-            rows_in * pw + pw + VL,
-            round_up(self.band * pitch)
-        )
-        .unwrap();
-        writeln!(wr, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
-        writeln!(wr, "        const int64_t i1 = o % {c1}, i0 = o / {c1};").unwrap();
+        let s = out;
+        writeln!(s, "    float pad[{}];", rows_in * row).unwrap();
+        writeln!(s, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+        writeln!(s, "        const int64_t i1 = o % {c1}, i0 = o / {c1};").unwrap();
         for k in &self.unit_rvars {
-            writeln!(wr, "        const int64_t r{k} = 0;").unwrap();
+            writeln!(s, "        const int64_t r{k} = 0;").unwrap();
         }
         writeln!(
-            wr,
+            s,
             "        const float *restrict xp = b{x} + {};",
             em.expr(&self.plane)
         )
         .unwrap();
         let (ra, rb) = (h.rvar, w.rvar);
+        let taps = h.taps * w.taps;
         writeln!(
-            wr,
-            "        float wv[{}];\n        for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})\n            for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
-            h.taps * w.taps,
+            s,
+            "        float wv[{taps}];\n        for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})\n            for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
             h.taps,
             w.taps,
             w.taps,
             em.expr(&self.weight)
         )
         .unwrap();
+        if v > 1 {
+            writeln!(
+                s,
+                "        {vt} wvv[{taps}];\n        for (int64_t t = 0; t < {taps}; ++t) wvv[t] = ({vt}){{0}} + wv[t];"
+            )
+            .unwrap();
+        }
         writeln!(
-            wr,
+            s,
             "        for (int64_t y0 = 0; y0 < {}; y0 += {}) {{",
             h.out, self.band
         )
         .unwrap();
         writeln!(
-            wr,
+            s,
             "            const int64_t rows = {} - y0 < {} ? {} - y0 : {};",
             h.out, self.band, h.out, self.band
         )
         .unwrap();
-        // The band's input rows, zero-padded; the slack row stays zero.
         writeln!(
-            wr,
+            s,
             "            const int64_t rows_in = (rows - 1) * {} + {};",
             h.stride,
             (h.taps - 1) * h.dilation + 1
         )
         .unwrap();
+        // The band's input rows, zero-padded, each as `phases` deinterleaved rows.
         writeln!(
-            wr,
-            "            for (int64_t q = rows_in * {pw}; q < rows_in * {pw} + {}; ++q) pad[q] = 0.0f;",
-            pw + VL
-        )
-        .unwrap();
-        writeln!(
-            wr,
-            "            for (int64_t yy = 0; yy < rows_in; ++yy) {{"
-        )
-        .unwrap();
-        writeln!(wr, "                float *restrict d = pad + yy * {pw};").unwrap();
-        writeln!(
-            wr,
-            "                const int64_t y = y0 * {} + yy + ({});",
+            s,
+            "            for (int64_t yy = 0; yy < rows_in; ++yy) {{\n                float *restrict d = pad + yy * {row};\n                const int64_t y = y0 * {} + yy + ({});",
             h.stride, h.offset
         )
         .unwrap();
         writeln!(
-            wr,
-            "                if (y < 0 || y >= {}) {{ for (int64_t c = 0; c < {pw}; ++c) d[c] = 0.0f; continue; }}",
-            h.input
+            s,
+            "                if (y < 0 || y >= {}) {{ for (int64_t c = 0; c < {row}; ++c) d[c] = 0.0f; continue; }}\n                const float *restrict src = xp + y * {};",
+            h.input, w.input
         )
         .unwrap();
-        writeln!(
-            wr,
-            "                const float *restrict src = xp + y * {};",
-            w.input
-        )
-        .unwrap();
-        writeln!(
-            wr,
-            "                for (int64_t c = 0; c < {lo_c}; ++c) d[c] = 0.0f;"
-        )
-        .unwrap();
-        if hi_c > lo_c {
-            writeln!(
-                wr,
-                "                __builtin_memcpy(d + {lo_c}, src + {}, {});",
-                lo_c + w.offset,
-                (hi_c - lo_c) * 4
-            )
-            .unwrap();
-        }
-        writeln!(
-            wr,
-            "                for (int64_t c = {hi_c}; c < {pw}; ++c) d[c] = 0.0f;"
-        )
-        .unwrap();
-        writeln!(wr, "            }}").unwrap();
-        // Every output sums its taps in a register: the taps' offsets in the scratch are
-        // constants, their weights are read once per plane.
-        let taps = h.taps * w.taps;
-        let term = |t: usize, at: &str| {
-            let off = (t / w.taps) * h.dilation * pw + (t % w.taps) * w.dilation;
-            format!("wv[{t}] * pad[{at} + {off}]")
-        };
-        let sum = |at: &str| {
-            (0..taps)
-                .map(|t| term(t, at))
-                .collect::<Vec<_>>()
-                .join(" + ")
-        };
-        if unit {
-            writeln!(
-                wr,
-                "            for (int64_t q0 = 0; q0 < rows * {pw}; q0 += {VL}) {{\n#pragma omp simd\n                for (int64_t q = q0; q < q0 + {VL}; ++q) accs[q] = {};\n            }}",
-                sum("q")
-            )
-            .unwrap();
-        } else {
-            writeln!(
-                wr,
-                "            for (int64_t y = 0; y < rows; ++y)\n                for (int64_t c = 0; c < {}; ++c) accs[y * {pitch} + c] = {};",
-                w.out,
-                sum(&format!("y * {} + c * {}", h.stride * pw, w.stride))
-            )
-            .unwrap();
-        }
-        if flat_epilogue {
-            writeln!(
-                wr,
-                "            for (int64_t q0 = 0; q0 < rows * {pitch}; q0 += {VL}) {{\n#pragma omp simd\n                for (int64_t q = q0; q < q0 + {VL}; ++q) {{ const float acc = accs[q]; accs[q] = {fin}; }}\n            }}"
-            )
-            .unwrap();
-            let base = format!("b{id} + i0 * {} + i1 * {} + y0 * {}", o(0), o(1), w.out);
-            if pitch == w.out {
-                writeln!(
-                    wr,
-                    "            __builtin_memcpy({base}, accs, rows * {});",
-                    w.out * 4
-                )
-                .unwrap();
+        for k in 0..phases {
+            // Phase `k` holds padded columns `phases * c + k`, input columns
+            // `phases * c + k + offset`: in bounds for `c` in `[lo, hi)`.
+            let first = -w.offset - k as i64;
+            let lo = (if first <= 0 {
+                0
             } else {
+                (first + phases as i64 - 1) / phases as i64
+            })
+            .clamp(0, pitch as i64);
+            let last = w.input as i64 - w.offset - k as i64;
+            let hi = (if last <= 0 {
+                0
+            } else {
+                (last + phases as i64 - 1) / phases as i64
+            })
+            .clamp(lo, pitch as i64);
+            let d = if k == 0 {
+                "d".to_string()
+            } else {
+                format!("(d + {})", k * pitch)
+            };
+            if lo > 0 {
                 writeln!(
-                    wr,
-                    "            for (int64_t y = 0; y < rows; ++y) __builtin_memcpy({base} + y * {}, accs + y * {pitch}, {});",
-                    w.out,
-                    w.out * 4
+                    s,
+                    "                for (int64_t c = 0; c < {lo}; ++c) {d}[c] = 0.0f;"
                 )
                 .unwrap();
             }
-            writeln!(wr, "        }}\n    }}\n}}").unwrap();
-            out.push_str(&s);
-            return;
+            if hi > lo {
+                let at = k as i64 + w.offset;
+                if phases == 1 {
+                    writeln!(
+                        s,
+                        "                __builtin_memcpy({d} + {lo}, src + {}, {});",
+                        lo + at,
+                        (hi - lo) * 4
+                    )
+                    .unwrap();
+                } else {
+                    writeln!(
+                        s,
+                        "                for (int64_t c = {lo}; c < {hi}; ++c) {d}[c] = src[c * {phases} + ({at})];"
+                    )
+                    .unwrap();
+                }
+            }
+            if (hi as usize) < pitch {
+                writeln!(
+                    s,
+                    "                for (int64_t c = {hi}; c < {pitch}; ++c) {d}[c] = 0.0f;"
+                )
+                .unwrap();
+            }
         }
-        // The epilogue, per output element.
-        writeln!(
-            wr,
-            "            for (int64_t y = 0; y < rows; ++y) {{\n                const int64_t i2 = y0 + y;"
-        )
-        .unwrap();
-        writeln!(
-            wr,
-            "                for (int64_t i3 = 0; i3 < {}; ++i3) {{ const float acc = accs[y * {pitch} + i3]; b{id}[i0 * {} + i1 * {} + i2 * {} + i3 * {}] = {fin}; }}",
-            w.out,
+        writeln!(s, "            }}").unwrap();
+        // Every output sums its taps in registers; each tap is a load at a constant offset from
+        // the output row's first padded row.
+        let off = |t: usize| {
+            let (a, b) = (t / w.taps, t % w.taps);
+            let col = b * w.dilation;
+            a * h.dilation * row + (col % phases) * pitch + col / phases
+        };
+        let vsum = (0..taps)
+            .map(|t| format!("wvv[{t}] * *(const {vt} *)(p + {} + x3)", off(t)))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let ssum = (0..taps)
+            .map(|t| format!("wv[{t}] * p[{} + x3]", off(t)))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let all = format!(
+            "i0 * {} + i1 * {} + i2 * {} + i3 * {}",
             o(0),
             o(1),
             o(2),
             o(3)
+        );
+        writeln!(
+            s,
+            "            for (int64_t y = 0; y < rows; ++y) {{\n                const int64_t i2 = y0 + y;\n                const float *restrict p = pad + y * {};",
+            h.stride * row
         )
         .unwrap();
-        writeln!(wr, "            }}\n        }}\n    }}\n}}").unwrap();
-        out.push_str(&s);
+        let scalar_loop = |s: &mut String, from: &str| {
+            writeln!(
+                s,
+                "                for ({from}; x3 < {}; ++x3) {{ const int64_t i3 = x3; const float acc = {ssum}; b{id}[{all}] = {fin}; }}",
+                w.out
+            )
+            .unwrap();
+        };
+        if v == 1 {
+            scalar_loop(s, "int64_t x3 = 0");
+        } else {
+            let overlap = !in_place && !w.out.is_multiple_of(v);
+            if overlap {
+                writeln!(
+                    s,
+                    "                for (int64_t c0 = 0; c0 < {}; c0 += {v}) {{\n                    const int64_t x3 = c0 + {v} <= {} ? c0 : {};",
+                    w.out,
+                    w.out,
+                    w.out - v
+                )
+                .unwrap();
+            } else {
+                writeln!(
+                    s,
+                    "                int64_t x3 = 0;\n                for (; x3 + {v} <= {}; x3 += {v}) {{",
+                    w.out
+                )
+                .unwrap();
+            }
+            writeln!(s, "                    const {vt} av = {vsum};").unwrap();
+            if vec_fin {
+                let value = match &r.finalize {
+                    Some(f) => vector_expr_acc(em, f, 3, "x3", &vt, "av"),
+                    None => "av".to_string(),
+                };
+                let base = format!("i0 * {} + i1 * {} + i2 * {}", o(0), o(1), o(2));
+                writeln!(
+                    s,
+                    "                    *({vt} *)&b{id}[{base} + x3] = {value};"
+                )
+                .unwrap();
+            } else {
+                writeln!(
+                    s,
+                    "                    float tv[{v}];\n                    *({vt} *)tv = av;\n                    for (int64_t l = 0; l < {v}; ++l) {{ const int64_t i3 = x3 + l; const float acc = tv[l]; b{id}[{all}] = {fin}; }}"
+                )
+                .unwrap();
+            }
+            writeln!(s, "                }}").unwrap();
+            if !overlap && !w.out.is_multiple_of(v) {
+                scalar_loop(s, "");
+            }
+        }
+        writeln!(s, "            }}\n        }}\n    }}\n}}").unwrap();
     }
 }
 
