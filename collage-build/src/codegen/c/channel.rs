@@ -9,8 +9,10 @@
 //! every column block of the group uses it, instead of each column block streaming all of
 //! `w'`); partial sums live in a scratch of the task's outputs on the stack between blocks.
 //! The epilogue runs once per output after the last block, along the channels when it
-//! vectorises there (a bias, a clip), else one element at a time; the outputs of one vector are
-//! a row apart in memory and are stored one by one.
+//! vectorises there (a bias, a clip), else one element at a time. The outputs of one vector are
+//! a row apart in memory: blocks of `lanes` columns by `lanes` channels are transposed in
+//! registers (log2(lanes) stages of two-vector shuffles) and stored a vector per channel; the
+//! columns left over, and epilogues that do not vectorise, store one float at a time.
 use std::fmt::Write;
 
 use super::{
@@ -204,18 +206,75 @@ impl ChannelPlan {
             writeln!(s, "            }}").unwrap();
         }
         writeln!(s, "        }}").unwrap();
-        // The epilogue, column by column.
-        writeln!(
-            s,
-            "        for (int64_t i{row} = j0; i{row} < j1; ++i{row}) {{"
-        )
-        .unwrap();
         let vec_fin = r
             .finalize
             .as_ref()
             .is_none_or(|f| vectorizable(em.p, f, c as u32));
         let skip_c = jammed_offset(shape, &st_strides, usize::MAX, 0, Some(c));
         let all = jammed_offset(shape, &st_strides, usize::MAX, 0, None);
+        // The epilogue. With one that vectorises along the channels and a row of unit stride,
+        // blocks of `w` columns by `w` channels are transposed in registers, so each channel's
+        // columns are stored as one vector instead of one float at a time.
+        writeln!(s, "        int64_t i{row} = j0;").unwrap();
+        if vec_fin && st_strides[row] == 1 && matches!(w, 4 | 8 | 16) {
+            let value = |col: &str| match &r.finalize {
+                Some(f) => vector_expr_acc(em, f, c as u32, col, &vt, "av"),
+                None => "av".to_string(),
+            };
+            let it = format!("cl_i32x{w}");
+            writeln!(
+                s,
+                "        for (; i{row} + {w} <= j1; i{row} += {w}) {{\n            const int64_t jb = i{row};"
+            )
+            .unwrap();
+            for t in 0..nv {
+                let col = format!("t0 + {}", t * w);
+                writeln!(s, "            {{\n                {vt} v[{w}];").unwrap();
+                writeln!(
+                    s,
+                    "                for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{row} = jb + l; const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; v[l] = {}; }}",
+                    t * w,
+                    value(&col)
+                )
+                .unwrap();
+                // log2(w) butterfly stages: rows `i` and `i + b` exchange blocks of `b` lanes.
+                let mut b = 1;
+                while b < w {
+                    let mask = |hi: bool| {
+                        (0..w)
+                            .map(|k| {
+                                let odd = (k / b) % 2 == 1;
+                                match (hi, odd) {
+                                    (false, false) => k,
+                                    (false, true) => w + k - b,
+                                    (true, false) => k + b,
+                                    (true, true) => w + k,
+                                }
+                                .to_string()
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    writeln!(
+                        s,
+                        "                for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = __builtin_shuffle(x, y, ({it}){{{}}}); v[i + {b}] = __builtin_shuffle(x, y, ({it}){{{}}}); }}",
+                        mask(false),
+                        mask(true)
+                    )
+                    .unwrap();
+                    b *= 2;
+                }
+                writeln!(
+                    s,
+                    "                for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {}] = v[l];\n            }}",
+                    st_strides[c]
+                )
+                .unwrap();
+            }
+            writeln!(s, "        }}").unwrap();
+        }
+        // The rest, column by column.
+        writeln!(s, "        for (; i{row} < j1; ++i{row}) {{").unwrap();
         for t in 0..nv {
             let col = format!("t0 + {}", t * w);
             writeln!(
