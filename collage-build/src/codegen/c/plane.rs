@@ -8,7 +8,10 @@
 //! variant's lanes (the last one overlapping its predecessor when the row is not a multiple,
 //! narrower vectors for narrow rows), the taps summed in registers, the epilogue (bias, clip,
 //! residual) applied to the vector and the result stored straight into the output: no
-//! accumulator scratch, no second pass.
+//! accumulator scratch, no second pass. Rows narrower than a vector at unit strides (7x7 and
+//! 14x14 planes) instead run flat: the band's outputs as one run of whole vectors on the
+//! scratch's row pitch (two junk columns per row), the epilogue on those vectors, and each row
+//! copied out — a 7x7 row would fill four lanes of a vector, the flat run fills all of them.
 use std::fmt::Write;
 
 use super::{conjuncts, uses_var, vector_expr_acc, vectorizable, Emitter};
@@ -17,6 +20,13 @@ use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// Scratch (the padded input band) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
+
+/// Rows narrower than this (an AVX-512 vector) run flat ([`PlanePlan::flat`]): a 7x7 plane's
+/// rows fill four lanes of a vector each, the flat run all sixteen.
+const FLAT_BELOW: usize = 16;
+
+/// The most lanes of any variant: the slack a flat run reads past the band.
+const MAX_LANES: usize = 16;
 
 /// One spatial axis of the window: input index `stride * i + dilation * r + offset`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -63,6 +73,10 @@ pub(super) struct PlanePlan {
     w: Axis,
     /// Output rows per band.
     band: usize,
+    /// Narrow rows (fewer than [`FLAT_BELOW`] columns) at unit strides with an epilogue that
+    /// reads no spatial index: the band is computed as one flat run of whole vectors over the
+    /// padded rows (two junk columns per row), then its rows are copied out.
+    flat: bool,
     /// Outer tasks: output planes (`shape[0] * shape[1]`).
     pub(super) n_outer: usize,
 }
@@ -173,11 +187,22 @@ impl PlanePlan {
                 }
             }
         }
-        // The tallest band whose padded input rows fit the scratch.
+        let flat = h.stride == 1
+            && w.stride == 1
+            && w.out < FLAT_BELOW
+            && r.finalize
+                .as_ref()
+                .is_none_or(|f| !uses_var(f, 2) && !uses_var(f, 3) && vectorizable(p, f, 3));
+        // The tallest band whose padded input rows (and a flat run's outputs) fit the scratch.
         let row = w.stride * w.phase_len();
-        let most = (1..=h.out)
-            .rev()
-            .find(|&rows| h.span(rows) * row <= SCRATCH_FLOATS)?;
+        let most = (1..=h.out).rev().find(|&rows| {
+            let outs = if flat {
+                rows * row + row + MAX_LANES
+            } else {
+                0
+            };
+            h.span(rows) * row + outs <= SCRATCH_FLOATS
+        })?;
         // As many bands as that needs, of even heights.
         let band = h.out.div_ceil(h.out.div_ceil(most));
         let plane = Expr::flatten(
@@ -192,6 +217,7 @@ impl PlanePlan {
             h,
             w,
             band,
+            flat,
             n_outer: shape[0] * shape[1],
         })
     }
@@ -199,8 +225,14 @@ impl PlanePlan {
     /// The schedule's text (the filetests' form).
     pub(super) fn text(&self) -> String {
         format!(
-            "depthwise plane taps {}x{} stride {}x{} band {} outer [i0,i1] trips {}",
-            self.h.taps, self.w.taps, self.h.stride, self.w.stride, self.band, self.n_outer
+            "depthwise plane taps {}x{} stride {}x{} band {}{} outer [i0,i1] trips {}",
+            self.h.taps,
+            self.w.taps,
+            self.h.stride,
+            self.w.stride,
+            self.band,
+            if self.flat { " flat" } else { "" },
+            self.n_outer
         )
     }
 
@@ -220,11 +252,15 @@ impl PlanePlan {
         let c1 = shape[1];
         // The vector width: the variant's lanes, or a narrower vector for narrow rows; rows
         // narrower than four columns run scalar.
-        let v = [lanes, 8, 4]
-            .into_iter()
-            .filter(|&v| v <= lanes && v <= w.out)
-            .max()
-            .unwrap_or(1);
+        let v = if self.flat {
+            lanes
+        } else {
+            [lanes, 8, 4]
+                .into_iter()
+                .filter(|&v| v <= lanes && v <= w.out)
+                .max()
+                .unwrap_or(1)
+        };
         let vt = format!("cl_f32x{v}");
         // An epilogue that reads the output itself (a residual added in place) must see each
         // column once: no overlapping last vector, a scalar remainder instead.
@@ -240,7 +276,18 @@ impl PlanePlan {
             .map(|f| em.expr(f))
             .unwrap_or_else(|| "acc".into());
         let s = out;
-        writeln!(s, "    float pad[{}];", rows_in * row).unwrap();
+        if self.flat {
+            // The flat run reads up to a row and a vector past the band (zeros).
+            writeln!(
+                s,
+                "    float pad[{}], accs[{}];",
+                rows_in * row + row + MAX_LANES,
+                self.band * row + MAX_LANES
+            )
+            .unwrap();
+        } else {
+            writeln!(s, "    float pad[{}];", rows_in * row).unwrap();
+        }
         writeln!(s, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
         writeln!(s, "        const int64_t i1 = o % {c1}, i0 = o / {c1};").unwrap();
         for k in &self.unit_rvars {
@@ -358,6 +405,14 @@ impl PlanePlan {
             }
         }
         writeln!(s, "            }}").unwrap();
+        if self.flat {
+            writeln!(
+                s,
+                "            for (int64_t q = rows_in * {row}; q < rows_in * {row} + {}; ++q) pad[q] = 0.0f;",
+                row + MAX_LANES
+            )
+            .unwrap();
+        }
         // Every output sums its taps in registers; each tap is a load at a constant offset from
         // the output row's first padded row.
         let off = |t: usize| {
@@ -380,6 +435,32 @@ impl PlanePlan {
             o(2),
             o(3)
         );
+        if self.flat {
+            let value = match &r.finalize {
+                Some(f) => vector_expr_acc(em, f, 3, "0", &vt, "av"),
+                None => "av".to_string(),
+            };
+            let fsum = (0..taps)
+                .map(|t| format!("wvv[{t}] * *(const {vt} *)(pad + q + {})", off(t)))
+                .collect::<Vec<_>>()
+                .join(" + ");
+            writeln!(
+                s,
+                "            for (int64_t q = 0; q < rows * {row}; q += {v}) {{\n                const {vt} av = {fsum};\n                *({vt} *)&accs[q] = {value};\n            }}"
+            )
+            .unwrap();
+            writeln!(
+                s,
+                "            for (int64_t y = 0; y < rows; ++y) __builtin_memcpy(b{id} + i0 * {} + i1 * {} + (y0 + y) * {}, accs + y * {row}, {});",
+                o(0),
+                o(1),
+                o(2),
+                w.out * 4
+            )
+            .unwrap();
+            writeln!(s, "        }}\n    }}\n}}").unwrap();
+            return;
+        }
         writeln!(
             s,
             "            for (int64_t y = 0; y < rows; ++y) {{\n                const int64_t i2 = y0 + y;\n                const float *restrict p = pad + y * {};",
