@@ -269,6 +269,13 @@ typedef float cl_f32x4 __attribute__((vector_size(16), aligned(4), may_alias));
 typedef int32_t cl_i32x16 __attribute__((vector_size(64)));
 typedef int32_t cl_i32x8 __attribute__((vector_size(32)));
 typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
+/* Lanes of two W-lane vectors picked by constant indices (0..W-1 from a, W..2W-1 from b): Clang's
+   builtin takes the indices as arguments, GCC's as an integer vector. */
+#if defined(__clang__)
+#define cl_vshuf2(W, a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define cl_vshuf2(W, a, b, ...) __builtin_shuffle((a), (b), (cl_i32x##W){__VA_ARGS__})
+#endif
 /* NaN-propagating max / min of vectors (as cl_max_f32 per lane), branch-free. Macros (GNU
    statement expressions), not functions: a function defined outside a variant's target region
    would pass wide vectors through memory. */

@@ -221,7 +221,6 @@ impl ChannelPlan {
                 Some(f) => vector_expr_acc(em, f, c as u32, col, &vt, "av"),
                 None => "av".to_string(),
             };
-            let it = format!("cl_i32x{w}");
             writeln!(
                 s,
                 "        for (; i{row} + {w} <= j1; i{row} += {w}) {{\n            const int64_t jb = i{row};"
@@ -257,7 +256,7 @@ impl ChannelPlan {
                     };
                     writeln!(
                         s,
-                        "                for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = __builtin_shuffle(x, y, ({it}){{{}}}); v[i + {b}] = __builtin_shuffle(x, y, ({it}){{{}}}); }}",
+                        "                for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = cl_vshuf2({w}, x, y, {}); v[i + {b}] = cl_vshuf2({w}, x, y, {}); }}",
                         mask(false),
                         mask(true)
                     )

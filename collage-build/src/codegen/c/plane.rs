@@ -264,11 +264,10 @@ impl PlanePlan {
         let vt = format!("cl_f32x{v}");
         // An epilogue that reads the output itself (a residual added in place) must see each
         // column once: no overlapping last vector, a scalar remainder instead.
-        let in_place = r.finalize.as_ref().is_some_and(|f| {
-            let mut yes = false;
-            f.visit(&mut |e| yes |= matches!(e, Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _) if *b == id));
-            yes
-        });
+        let in_place = r
+            .finalize
+            .as_ref()
+            .is_some_and(|f| f.sources().contains(&Src::Buf(id)));
         let vec_fin = r.finalize.as_ref().is_none_or(|f| vectorizable(em.p, f, 3));
         let fin = r
             .finalize
@@ -352,20 +351,9 @@ impl PlanePlan {
         for k in 0..phases {
             // Phase `k` holds padded columns `phases * c + k`, input columns
             // `phases * c + k + offset`: in bounds for `c` in `[lo, hi)`.
-            let first = -w.offset - k as i64;
-            let lo = (if first <= 0 {
-                0
-            } else {
-                (first + phases as i64 - 1) / phases as i64
-            })
-            .clamp(0, pitch as i64);
-            let last = w.input as i64 - w.offset - k as i64;
-            let hi = (if last <= 0 {
-                0
-            } else {
-                (last + phases as i64 - 1) / phases as i64
-            })
-            .clamp(lo, pitch as i64);
+            let phase_index = |col: i64| (col.max(0) as usize).div_ceil(phases).min(pitch) as i64;
+            let lo = phase_index(-w.offset - k as i64);
+            let hi = phase_index(w.input as i64 - w.offset - k as i64).max(lo);
             let d = if k == 0 {
                 "d".to_string()
             } else {
