@@ -1,12 +1,20 @@
 //! A small persistent thread pool for generated `parallel_for` loops.
 //!
 //! Workers are started once; a call publishes one job (a task pointer, its context and the range),
-//! every thread (the caller too) claims chunks from one atomic counter, and the caller waits until
-//! every chunk is done — not until every worker has looked: a worker the OS has not scheduled yet
-//! (another process on its core) costs nothing when the others took its share. The counter never
-//! goes back: job `k` owns the claims `[base_k, base_k + n_k)` and the next job starts where it
-//! ends, so a worker that wakes late with a finished job's description finds nothing left to claim
-//! and never runs a stale task. No allocation happens per call. Workers spin briefly on the job
+//! and the caller waits until every chunk is done — not until every worker has looked: a worker
+//! the OS has not scheduled yet (another process on its core) costs nothing when the others took
+//! its share.
+//!
+//! The range is cut into one contiguous share per thread (the caller is thread 0), and each thread
+//! claims chunks of its own share first, in order, from that share's atomic counter; then it
+//! claims what is left of the others'. So thread `t` runs the `t`-th slice of every loop unless
+//! another thread was late: the generated kernels order their iterations by output position
+//! (row bands, pixel tiles), so a layer reads mostly what the same core wrote in the layer before,
+//! from its own cache, instead of half of it from the other cores'. The counters never go back:
+//! job `k` owns the claims `[base_k, base_k + stride_k)` of every share's counter, and when it is
+//! done each counter is moved to `base_k + stride_k`, where the next job starts, so a worker that
+//! wakes late with a finished job's description finds nothing left to claim and never runs a
+//! stale task. No allocation happens per call. Workers spin briefly on the job
 //! counter before sleeping, and the caller spins before waiting, so back-to-back loops of one model
 //! run do not pay a sleep/wake-up each (tens of microseconds); both yield their core now and then
 //! while spinning, so that a thread sharing it (the caller, or a worker with a chunk) runs.
@@ -24,9 +32,12 @@ use crate::abi::{RawRt, Task};
 struct Job {
     task: Task,
     ctx: *mut c_void,
-    /// The job's claims are `[base, base + n)` of [`Shared::next`]; iteration `i` is `i - base`.
+    /// The job's claims are `[base, base + stride)` of each share's counter in
+    /// [`Shared::shares`]; claim `c` of share `t` is iteration `t * stride + c - base`.
     base: u64,
     n: u64,
+    /// Iterations per share (the last share may be shorter, or empty).
+    stride: u64,
     chunk: u64,
 }
 
@@ -66,8 +77,10 @@ struct Shared {
     /// Workers that have started.
     started: AtomicUsize,
     start: Condvar,
-    /// The next claim: only ever grows (see [`Job::base`]).
-    next: AtomicU64,
+    /// Each thread's share's next claim: they only ever grow (see [`Job::base`]).
+    shares: Vec<AtomicU64>,
+    /// Where every share's counter stands between jobs: the next job's base.
+    base: AtomicU64,
     /// Iterations of the current job done.
     finished: AtomicU64,
     done_lock: Mutex<()>,
@@ -103,7 +116,8 @@ impl ThreadPool {
             caller_waiting: AtomicBool::new(false),
             started: AtomicUsize::new(0),
             start: Condvar::new(),
-            next: AtomicU64::new(0),
+            shares: (0..threads.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            base: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             done_lock: Mutex::new(()),
             done: Condvar::new(),
@@ -115,7 +129,7 @@ impl ThreadPool {
                     .name(std::format!("collage-{i}"))
                     .spawn(move || {
                         s.started.fetch_add(1, Ordering::SeqCst);
-                        worker(&s)
+                        worker(&s, i)
                     })
                     .expect("spawn collage worker thread")
             })
@@ -160,14 +174,17 @@ impl ThreadPool {
         }
         let _one_at_a_time = self.call.lock().unwrap_or_else(|e| e.into_inner());
         let n = n as u64;
-        let chunk = n.div_ceil(threads as u64 * 4).max(1);
+        let stride = n.div_ceil(threads as u64);
+        let chunk = stride.div_ceil(4).max(1);
         let sh = &*self.shared;
-        // The last job's claims all succeeded (it finished), so the counter stands at its end.
+        // The last job moved every share's counter to its end, which is this job's base.
+        let base = sh.base.load(Ordering::SeqCst);
         let job = Job {
             task,
             ctx,
-            base: sh.next.load(Ordering::SeqCst),
+            base,
             n,
+            stride,
             chunk,
         };
         sh.finished.store(0, Ordering::SeqCst);
@@ -180,7 +197,7 @@ impl ThreadPool {
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
             sh.start.notify_all();
         }
-        run_chunks(sh, job);
+        run_chunks(sh, job, 0);
         let mut spins = 0;
         while sh.finished.load(Ordering::SeqCst) != n && spins < SPIN {
             spin(spins);
@@ -195,42 +212,58 @@ impl ThreadPool {
             sh.caller_waiting.store(false, Ordering::SeqCst);
             drop(g);
         }
+        // Every claim of this job succeeded; move each counter past the job's range (a late worker
+        // still holding this job then finds nothing, and the next job starts there).
+        for share in &sh.shares {
+            share.fetch_max(base + stride, Ordering::SeqCst);
+        }
+        sh.base.store(base + stride, Ordering::SeqCst);
         sh.state.lock().unwrap_or_else(|e| e.into_inner()).job = None;
     }
 }
 
-/// Claims and runs chunks of `job` until none is left. A claim is a compare-and-swap that never
-/// passes the job's end, so the counter ends exactly there, and a claim outside the job's range
-/// (the counter has moved on to a later job) fails.
-fn run_chunks(sh: &Shared, job: Job) {
-    let end = job.base + job.n;
-    let mut at = sh.next.load(Ordering::SeqCst);
+/// Claims and runs chunks of `job` until none is left: first of thread `me`'s own share, then of
+/// the others' in turn.
+fn run_chunks(sh: &Shared, job: Job, me: usize) {
+    let threads = sh.shares.len();
+    for k in 0..threads {
+        run_share(sh, job, (me + k) % threads);
+    }
+}
+
+/// Claims and runs chunks of share `t` of `job` until none is left. A claim is a compare-and-swap
+/// that never passes the share's end, so a claim outside the job's range (the counter has moved
+/// on to a later job) fails.
+fn run_share(sh: &Shared, job: Job, t: usize) {
+    let first = t as u64 * job.stride;
+    let len = job.n.saturating_sub(first).min(job.stride);
+    let end = job.base + len;
+    let counter = &sh.shares[t];
+    let mut at = counter.load(Ordering::SeqCst);
     loop {
         if at < job.base || at >= end {
             return;
         }
         let to = (at + job.chunk).min(end);
-        match sh
-            .next
-            .compare_exchange_weak(at, to, Ordering::SeqCst, Ordering::SeqCst)
-        {
+        match counter.compare_exchange_weak(at, to, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => {
+                let (b, e) = (first + at - job.base, first + to - job.base);
                 // SAFETY: see `ThreadPool::run`: the caller blocks until every claimed chunk is
                 // done, which keeps `ctx` alive; claimed ranges are disjoint.
-                unsafe { (job.task)(job.ctx, (at - job.base) as i64, (to - job.base) as i64) };
+                unsafe { (job.task)(job.ctx, b as i64, e as i64) };
                 let done = sh.finished.fetch_add(to - at, Ordering::SeqCst) + (to - at);
                 if done == job.n && sh.caller_waiting.load(Ordering::SeqCst) {
                     let _g = sh.done_lock.lock().unwrap_or_else(|e| e.into_inner());
                     sh.done.notify_all();
                 }
-                at = sh.next.load(Ordering::SeqCst);
+                at = counter.load(Ordering::SeqCst);
             }
             Err(now) => at = now,
         }
     }
 }
 
-fn worker(sh: &Shared) {
+fn worker(sh: &Shared, me: usize) {
     let mut seen = 0u64;
     loop {
         let mut spins = 0;
@@ -252,7 +285,7 @@ fn worker(sh: &Shared) {
             st.job
         };
         if let Some(job) = job {
-            run_chunks(sh, job);
+            run_chunks(sh, job, me);
         }
     }
 }
