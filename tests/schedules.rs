@@ -194,7 +194,9 @@ fn depthwise_convolutions_over_padded_planes() {
     // unit and strided windows, 5x5, dilation, asymmetric and no padding, a plane taller than
     // one band of the scratch (100x100), a batch of two, and two outputs per input channel
     // (not a plane of its own: the row schedule's path); rows of 5 (a narrow vector overlapping
-    // its predecessor) and of 3 (scalar), and a stride of 3 (three phases per padded row).
+    // its predecessor) and of 3 (scalar), and a stride of 3 (three phases per padded row); planes
+    // tall enough to be cut into parts of rows (a task each): flat narrow rows, a batch of two
+    // with a shorter last part, a strided window.
     let cases: &[(&[usize], usize, i64, [i64; 4], i64, usize)] = &[
         (&[1, 3, 14, 14], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[1, 4, 15, 9], 3, 2, [1, 1, 1, 1], 1, 1),
@@ -210,6 +212,9 @@ fn depthwise_convolutions_over_padded_planes() {
         (&[1, 2, 3, 3], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[1, 2, 16, 40], 3, 3, [1, 2, 0, 1], 1, 1),
         (&[1, 2, 30, 37], 5, 3, [2, 2, 2, 2], 2, 1),
+        (&[1, 2, 60, 9], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[2, 3, 45, 20], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[1, 2, 64, 30], 3, 2, [1, 1, 1, 1], 1, 1),
     ];
     // The generated code only: a library backend would take the larger planes.
     let c_only = Options {

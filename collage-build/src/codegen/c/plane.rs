@@ -71,13 +71,17 @@ pub(super) struct PlanePlan {
     unit_rvars: Vec<u32>,
     h: Axis,
     w: Axis,
-    /// Output rows per band.
+    /// Parts of each plane's output rows, each its own task ([`PlanePlan::parts_for`]).
+    parts: usize,
+    /// Output rows per part (the last part may have fewer).
+    part_rows: usize,
+    /// Output rows per band (within a part).
     band: usize,
     /// Narrow rows (fewer than [`FLAT_BELOW`] columns) at unit strides with an epilogue that
     /// reads no spatial index: the band is computed as one flat run of whole vectors over the
     /// padded rows (two junk columns per row), then its rows are copied out.
     flat: bool,
-    /// Outer tasks: output planes (`shape[0] * shape[1]`).
+    /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major.
     pub(super) n_outer: usize,
 }
 
@@ -203,8 +207,10 @@ impl PlanePlan {
             };
             h.span(rows) * row + outs <= SCRATCH_FLOATS
         })?;
-        // As many bands as that needs, of even heights.
-        let band = h.out.div_ceil(h.out.div_ceil(most));
+        let parts = Self::parts_for(h.out);
+        let part_rows = h.out.div_ceil(parts);
+        // As many bands per part as that needs, of even heights.
+        let band = part_rows.div_ceil(part_rows.div_ceil(most));
         let plane = Expr::flatten(
             &[idx[0].clone(), idx[1].clone(), Expr::i(0), Expr::i(0)],
             &xb.ty.shape,
@@ -216,20 +222,38 @@ impl PlanePlan {
             unit_rvars,
             h,
             w,
+            parts,
+            part_rows,
             band,
             flat,
-            n_outer: shape[0] * shape[1],
+            n_outer: parts * shape[0] * shape[1],
         })
+    }
+
+    /// Parts of a plane of `rows` output rows: tall planes are cut into 2, 4 or 8 parts of at
+    /// least 14 rows, and the tasks run part-major (every plane's first part, then every plane's
+    /// second, ...), so a thread's contiguous share of the tasks is a horizontal slab of every
+    /// channel — the rows the pixel-major pointwise layers around it give the same thread. Whole
+    /// planes per task would hand each thread half of the channels instead, and half of every
+    /// layer's input would come from the other core's cache.
+    fn parts_for(rows: usize) -> usize {
+        let most = (rows / 14).clamp(1, 8);
+        1 << most.ilog2()
     }
 
     /// The schedule's text (the filetests' form).
     pub(super) fn text(&self) -> String {
         format!(
-            "depthwise plane taps {}x{} stride {}x{} band {}{} outer [i0,i1] trips {}",
+            "depthwise plane taps {}x{} stride {}x{}{} band {}{} outer [i0,i1] trips {}",
             self.h.taps,
             self.w.taps,
             self.h.stride,
             self.w.stride,
+            if self.parts > 1 {
+                format!(" parts {}x{}", self.parts, self.part_rows)
+            } else {
+                String::new()
+            },
             self.band,
             if self.flat { " flat" } else { "" },
             self.n_outer
@@ -288,7 +312,20 @@ impl PlanePlan {
             writeln!(s, "    float pad[{}];", rows_in * row).unwrap();
         }
         writeln!(s, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
-        writeln!(s, "        const int64_t i1 = o % {c1}, i0 = o / {c1};").unwrap();
+        let planes = shape[0] * c1;
+        if self.parts > 1 {
+            writeln!(
+                s,
+                "        const int64_t i1 = o % {c1}, i0 = o / {c1} % {}, part = o / {planes};\n        const int64_t ylo = part * {pr}, yhi = ylo + {pr} < {ho} ? ylo + {pr} : {ho};",
+                shape[0],
+                pr = self.part_rows,
+                ho = h.out
+            )
+            .unwrap();
+        } else {
+            writeln!(s, "        const int64_t i1 = o % {c1}, i0 = o / {c1};").unwrap();
+            writeln!(s, "        const int64_t ylo = 0, yhi = {};", h.out).unwrap();
+        }
         for k in &self.unit_rvars {
             writeln!(s, "        const int64_t r{k} = 0;").unwrap();
         }
@@ -318,14 +355,14 @@ impl PlanePlan {
         }
         writeln!(
             s,
-            "        for (int64_t y0 = 0; y0 < {}; y0 += {}) {{",
-            h.out, self.band
+            "        for (int64_t y0 = ylo; y0 < yhi; y0 += {}) {{",
+            self.band
         )
         .unwrap();
         writeln!(
             s,
-            "            const int64_t rows = {} - y0 < {} ? {} - y0 : {};",
-            h.out, self.band, h.out, self.band
+            "            const int64_t rows = yhi - y0 < {b} ? yhi - y0 : {b};",
+            b = self.band
         )
         .unwrap();
         writeln!(
