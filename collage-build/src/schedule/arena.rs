@@ -140,6 +140,22 @@ fn farthest_phase(off: usize, phases: &[usize]) -> usize {
 mod tests {
     use super::*;
 
+    /// Buffers live at the same time never share a byte.
+    fn assert_no_live_overlap(bufs: &[Interval], p: &ArenaPlan) {
+        for i in 0..bufs.len() {
+            for j in 0..i {
+                let (a, b) = (bufs[i], bufs[j]);
+                if a.first <= b.last && b.first <= a.last {
+                    let (ai, bj) = (p.offsets[i], p.offsets[j]);
+                    assert!(
+                        ai + a.size <= bj || bj + b.size <= ai,
+                        "{i} and {j} overlap"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn live_buffers_never_overlap_and_dead_ones_are_reused() {
         let bufs = [
@@ -165,18 +181,7 @@ mod tests {
             },
         ];
         let p = plan_arena(&bufs);
-        for i in 0..bufs.len() {
-            for j in 0..i {
-                let (a, b) = (bufs[i], bufs[j]);
-                if a.first <= b.last && b.first <= a.last {
-                    let (ai, bj) = (p.offsets[i], p.offsets[j]);
-                    assert!(
-                        ai + a.size <= bj || bj + b.size <= ai,
-                        "{i} and {j} overlap"
-                    );
-                }
-            }
-        }
+        assert_no_live_overlap(&bufs, &p);
         assert!(p.size < bufs.iter().map(|b| align(b.size)).sum::<usize>());
     }
 
@@ -206,18 +211,7 @@ mod tests {
         // The third lies a quarter page from both others.
         assert_eq!(phase(2), PAGE / 4);
         assert_eq!(p.offsets[3] % ALIGN, 0);
-        for i in 0..bufs.len() {
-            for j in 0..i {
-                let (a, b) = (bufs[i], bufs[j]);
-                if a.first <= b.last && b.first <= a.last {
-                    let (ai, bj) = (p.offsets[i], p.offsets[j]);
-                    assert!(
-                        ai + a.size <= bj || bj + b.size <= ai,
-                        "{i} and {j} overlap"
-                    );
-                }
-            }
-        }
+        assert_no_live_overlap(&bufs, &p);
         assert!(bufs
             .iter()
             .zip(&p.offsets)
