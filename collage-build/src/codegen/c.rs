@@ -1912,9 +1912,46 @@ struct GemmPlan {
     vecs: usize,
     outer: Vec<usize>,
     n_outer: usize,
+    /// The row loads whose next tile each task prefetches ([`GemmPlan::prefetched`]); empty
+    /// when none is worth it.
+    prefetch: Vec<Expr>,
 }
 
+/// A row load streams when its tensor is at least this large (the L2 of one core on most
+/// targets): its next tile then comes from L3 or memory unless it is fetched ahead.
+const STREAM_BYTES: usize = 1 << 20;
+
+/// The most bytes of row loads one tile reads over its reduction for its next tile to be
+/// prefetched: half of a 32 KiB L1d, so that the tile being computed stays.
+const PREFETCH_TILE_BYTES: usize = 16 << 10;
+
 impl GemmPlan {
+    /// The row loads of `st` whose next tile (`tw` columns on) a task prefetches while it
+    /// computes its own: those of unpacked tensors that stream ([`STREAM_BYTES`]), when the
+    /// tile's rows of them over the whole reduction fit [`PREFETCH_TILE_BYTES`]. A pointwise
+    /// convolution over a 112x112 image reads 32 rows of 64 pixels per tile; the hardware's
+    /// prefetchers follow few of those streams at once and restart at every page.
+    fn prefetched(p: &Program, st: &Stage, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
+        let Some(r) = st.reduce.as_ref() else {
+            return Vec::new();
+        };
+        let mut streams: Vec<Expr> = Vec::new();
+        for e in row_loads {
+            let (Expr::Load(s, _) | Expr::LoadFlat(s, _)) = e else {
+                continue;
+            };
+            let b = &p.bufs[Emitter::buf(s) as usize];
+            if !b.packed && b.ty.bytes() >= STREAM_BYTES && !streams.contains(e) {
+                streams.push(e.clone());
+            }
+        }
+        let points: usize = r.extents.iter().product();
+        if points * tw * 4 * streams.len() > PREFETCH_TILE_BYTES {
+            return Vec::new();
+        }
+        streams
+    }
+
     fn new(p: &Program, st: &Stage, lanes: usize) -> Option<GemmPlan> {
         let r = st.reduce.as_ref()?;
         if r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
@@ -1987,6 +2024,7 @@ impl GemmPlan {
             })
             .product::<usize>()
             * n_tiles;
+        let prefetch = Self::prefetched(p, st, &row_loads, vecs * lanes);
         Some(GemmPlan {
             v,
             jam,
@@ -1995,6 +2033,7 @@ impl GemmPlan {
             vecs,
             outer,
             n_outer,
+            prefetch,
         })
     }
 
@@ -2063,6 +2102,13 @@ impl GemmPlan {
                     writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
                 }
             }
+            // The next tile's rows, a cache line at a time (16 floats).
+            for e in &self.prefetch {
+                for c in (0..tw).step_by(16) {
+                    let at = row_address(em, e, v as u32, &format!("t0 + {}", tw + c));
+                    writeln!(out, "{ri}__builtin_prefetch({at});").unwrap();
+                }
+            }
             close_reduction(out, &mut ri, r.extents.len());
             let vec_fin = r
                 .finalize
@@ -2090,6 +2136,15 @@ impl GemmPlan {
                             "            *({vt} *)&b{id}[{flat} + {col}] = {value};"
                         )
                         .unwrap();
+                        // The same rows' next tile, to be written: fetched for ownership
+                        // ahead, where the loads stream too.
+                        if !self.prefetch.is_empty() && (t * w) % 16 == 0 {
+                            writeln!(
+                                out,
+                                "            __builtin_prefetch(&b{id}[{flat} + {col} + {tw}], 1);"
+                            )
+                            .unwrap();
+                        }
                     }
                 }
             }
@@ -2240,6 +2295,26 @@ fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
         Expr::Un(UnOp::Neg | UnOp::Erf | UnOp::Exp, a) => vectorizable(p, a, v),
         Expr::Acc => true,
         _ => false,
+    }
+}
+
+/// The address (a C expression) of row load `e` at column `col` of dimension `v`, for a
+/// prefetch: `e` is an unpacked load of stride 1 along `v`.
+fn row_address(em: &Emitter, e: &Expr, v: u32, col: &str) -> String {
+    let zero_v = |x: &Expr| -> Expr {
+        x.rewrite(&mut |y| match y {
+            Expr::Var(k) if *k == v => Some(Expr::i(0)),
+            _ => None,
+        })
+    };
+    match e {
+        Expr::Load(s, idx) => {
+            let b = Emitter::buf(s);
+            let flat = Expr::flatten(idx, &em.p.bufs[b as usize].ty.shape);
+            format!("&b{b}[{} + {col}]", em.expr(&zero_v(&flat)))
+        }
+        Expr::LoadFlat(s, f) => format!("&b{}[{} + {col}]", Emitter::buf(s), em.expr(&zero_v(f))),
+        other => unreachable!("not a row load: {other:?}"),
     }
 }
 

@@ -21,6 +21,10 @@ use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 /// Scratch (the padded input band) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
 
+/// Input planes of at least this many bytes (a page) have the next task's plane prefetched
+/// while a task copies its rows.
+const PREFETCH_PLANE_BYTES: usize = 4096;
+
 /// Rows narrower than this (an AVX-512 vector) run flat ([`PlanePlan::flat`]): a 7x7 plane's
 /// rows fill four lanes of a vector each, the flat run all sixteen.
 const FLAT_BELOW: usize = 16;
@@ -385,6 +389,18 @@ impl PlanePlan {
             h.input, w.input
         )
         .unwrap();
+        // The next task's plane (the next channel: tasks run channel-minor) a row at a time,
+        // while this one copies: planes of a page or more each start on a page of their own,
+        // where the hardware's prefetchers stop.
+        let plane_floats = h.input * w.input;
+        if plane_floats * 4 >= PREFETCH_PLANE_BYTES {
+            writeln!(
+                s,
+                "                for (int64_t k = 0; k < {}; k += 64) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",
+                w.input * 4
+            )
+            .unwrap();
+        }
         for k in 0..phases {
             // Phase `k` holds padded columns `phases * c + k`, input columns
             // `phases * c + k + offset`: in bounds for `c` in `[lo, hi)`.
