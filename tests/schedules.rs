@@ -196,7 +196,9 @@ fn depthwise_convolutions_over_padded_planes() {
     // (not a plane of its own: the row schedule's path); rows of 5 (a narrow vector overlapping
     // its predecessor) and of 3 (scalar), and a stride of 3 (three phases per padded row); planes
     // tall enough to be cut into parts of rows (a task each): flat narrow rows, a batch of two
-    // with a shorter last part, a strided window.
+    // with a shorter last part, a strided window; channels in blocks of 16 over small planes
+    // (the channel-blocked plan: planes whose pixels are and are not a multiple of the lanes,
+    // strides 2 and 3, asymmetric padding, dilation, a batch of two, a plane of 2x2).
     let cases: &[(&[usize], usize, i64, [i64; 4], i64, usize)] = &[
         (&[1, 3, 14, 14], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[1, 4, 15, 9], 3, 2, [1, 1, 1, 1], 1, 1),
@@ -215,6 +217,13 @@ fn depthwise_convolutions_over_padded_planes() {
         (&[1, 2, 60, 9], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[2, 3, 45, 20], 3, 1, [1, 1, 1, 1], 1, 1),
         (&[1, 2, 64, 30], 3, 2, [1, 1, 1, 1], 1, 1),
+        (&[1, 32, 7, 7], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[1, 16, 14, 14], 3, 2, [1, 1, 1, 1], 1, 1),
+        (&[2, 16, 9, 11], 3, 2, [0, 1, 2, 0], 1, 1),
+        (&[1, 16, 12, 12], 3, 2, [2, 2, 2, 2], 2, 1),
+        (&[1, 16, 10, 13], 5, 3, [2, 1, 1, 2], 1, 1),
+        (&[1, 48, 2, 2], 3, 1, [1, 1, 1, 1], 1, 1),
+        (&[1, 16, 8, 8], 3, 1, [0, 0, 0, 0], 1, 2),
     ];
     // The generated code only: a library backend would take the larger planes.
     let c_only = Options {
@@ -237,14 +246,21 @@ fn depthwise_convolutions_over_padded_planes() {
             node(g, "Relu", Attrs::default(), vec![y])
         });
     }
-    // A residual added in the epilogue (rows of 21: whole vectors and a remainder).
-    check_with("dw_residual", &[1, 3, 9, 21], &c_only, &["-O2"], |g, x| {
-        let w = g.add_const("w", rand(&[3, 1, 3, 3], 13));
-        let mut a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
-        a.0.insert("group".into(), Attr::Int(3));
-        let y = node(g, "Conv", a, vec![x, w]);
-        node(g, "Add", Attrs::default(), vec![y, x])
-    });
+    // A residual added in the epilogue (rows of 21: whole vectors and a remainder); 16
+    // channels of 7x7, where the residual keeps the stage off the channel-blocked plan.
+    for (name, xs) in [
+        ("dw_residual", [1, 3, 9, 21]),
+        ("dw_residual16", [1, 16, 7, 7]),
+    ] {
+        let c = xs[1];
+        check_with(name, &xs, &c_only, &["-O2"], |g, x| {
+            let w = g.add_const("w", rand(&[c, 1, 3, 3], 13));
+            let mut a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+            a.0.insert("group".into(), Attr::Int(c as i64));
+            let y = node(g, "Conv", a, vec![x, w]);
+            node(g, "Add", Attrs::default(), vec![y, x])
+        });
+    }
 }
 
 #[test]

@@ -2298,6 +2298,38 @@ fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
     }
 }
 
+/// Transposes the `w` vectors of `w` lanes in the C array `v` (of type `vt`) in registers:
+/// log2(w) butterfly stages, in each of which rows `i` and `i + b` exchange blocks of `b` lanes
+/// through two-vector shuffles. Row `l` then holds what was lane `l` of every row.
+fn transpose_in_registers(s: &mut String, w: usize, vt: &str, indent: &str) {
+    let mut b = 1;
+    while b < w {
+        let mask = |hi: bool| {
+            (0..w)
+                .map(|k| {
+                    let odd = (k / b) % 2 == 1;
+                    match (hi, odd) {
+                        (false, false) => k,
+                        (false, true) => w + k - b,
+                        (true, false) => k + b,
+                        (true, true) => w + k,
+                    }
+                    .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(
+            s,
+            "{indent}for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = cl_vshuf2({w}, x, y, {}); v[i + {b}] = cl_vshuf2({w}, x, y, {}); }}",
+            mask(false),
+            mask(true)
+        )
+        .unwrap();
+        b *= 2;
+    }
+}
+
 /// The address (a C expression) of row load `e` at column `col` of dimension `v`, for a
 /// prefetch: `e` is an unpacked load of stride 1 along `v`.
 fn row_address(em: &Emitter, e: &Expr, v: u32, col: &str) -> String {

@@ -16,8 +16,8 @@
 use std::fmt::Write;
 
 use super::{
-    channel_axis, jam_expr, jammed_offset, load_coef, vector_expr, vector_expr_acc, vectorizable,
-    Emitter,
+    channel_axis, jam_expr, jammed_offset, load_coef, transpose_in_registers, vector_expr,
+    vector_expr_acc, vectorizable, Emitter,
 };
 use crate::ir::strides;
 use crate::te::{Expr, Program, Stage};
@@ -236,33 +236,7 @@ impl ChannelPlan {
                     value(&col)
                 )
                 .unwrap();
-                // log2(w) butterfly stages: rows `i` and `i + b` exchange blocks of `b` lanes.
-                let mut b = 1;
-                while b < w {
-                    let mask = |hi: bool| {
-                        (0..w)
-                            .map(|k| {
-                                let odd = (k / b) % 2 == 1;
-                                match (hi, odd) {
-                                    (false, false) => k,
-                                    (false, true) => w + k - b,
-                                    (true, false) => k + b,
-                                    (true, true) => w + k,
-                                }
-                                .to_string()
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
-                    writeln!(
-                        s,
-                        "                for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = cl_vshuf2({w}, x, y, {}); v[i + {b}] = cl_vshuf2({w}, x, y, {}); }}",
-                        mask(false),
-                        mask(true)
-                    )
-                    .unwrap();
-                    b *= 2;
-                }
+                transpose_in_registers(s, w, &vt, "                ");
                 writeln!(
                     s,
                     "                for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {}] = v[l];\n            }}",

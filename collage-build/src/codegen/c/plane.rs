@@ -14,12 +14,20 @@
 //! copied out — a 7x7 row would fill four lanes of a vector, the flat run fills all of them.
 use std::fmt::Write;
 
-use super::{conjuncts, uses_var, vector_expr_acc, vectorizable, Emitter};
+use super::{conjuncts, transpose_in_registers, uses_var, vector_expr_acc, vectorizable, Emitter};
 use crate::ir::{strides, DType};
 use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// Scratch (the padded input band) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
+
+/// Channels per task of a channel-blocked plan ([`PlanePlan::chan`]): one AVX-512 vector,
+/// two AVX2 vectors, four SSE vectors; every variant has the same tasks.
+const CHAN_BLOCK: usize = 16;
+
+/// The most floats of a channel-blocked plan's padded input (every padded pixel's block of
+/// channels): 64 KiB, a 30x30 padded plane.
+const CHAN_SCRATCH_FLOATS: usize = 16 * 1024;
 
 /// Input planes of at least this many bytes (a page) have the next task's plane prefetched
 /// while a task copies its rows.
@@ -85,7 +93,15 @@ pub(super) struct PlanePlan {
     /// reads no spatial index: the band is computed as one flat run of whole vectors over the
     /// padded rows (two junk columns per row), then its rows are copied out.
     flat: bool,
-    /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major.
+    /// Small planes with channels in blocks of [`CHAN_BLOCK`]: a task takes a block of
+    /// channels, transposes their padded planes into a scratch of pixels (the block's channels
+    /// contiguous), computes every output as vectors along the channels (the taps' weights one
+    /// vector each, the per-channel epilogue along the vector) and transposes the outputs back
+    /// in registers. Planes of 7x7 or 14x14 fill few lanes per row and strided ones need their
+    /// rows deinterleaved; along the channels every lane is used and every load is a vector.
+    chan: bool,
+    /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major; or
+    /// blocks of channels (`shape[0] * shape[1] / CHAN_BLOCK`).
     pub(super) n_outer: usize,
 }
 
@@ -219,6 +235,28 @@ impl PlanePlan {
             &[idx[0].clone(), idx[1].clone(), Expr::i(0), Expr::i(0)],
             &xb.ty.shape,
         );
+        // Channel blocks where rows serve vectors worst — strided windows (deinterleaved rows)
+        // and rows of under half a vector (a 7x7 plane: even a flat run spends more on the
+        // copies than on the taps); 14x14 and wider unit-stride planes run faster along their
+        // rows than through the transposes. Whole blocks, a padded plane that fits the scratch,
+        // an epilogue along the channels (a bias, a clip) that reads no spatial index (so
+        // neither a residual nor the output itself).
+        let chan = (h.stride > 1 || w.stride > 1 || w.out < FLAT_BELOW / 2)
+            && shape[1].is_multiple_of(CHAN_BLOCK)
+            && h.span(h.out) * w.span(w.out) * CHAN_BLOCK <= CHAN_SCRATCH_FLOATS
+            && r.finalize
+                .as_ref()
+                .is_none_or(|f| !uses_var(f, 2) && !uses_var(f, 3) && vectorizable(p, f, 1));
+        let (parts, part_rows, band) = if chan {
+            (1, h.out, h.out)
+        } else {
+            (parts, part_rows, band)
+        };
+        let n_outer = if chan {
+            shape[0] * shape[1] / CHAN_BLOCK
+        } else {
+            parts * shape[0] * shape[1]
+        };
         Some(PlanePlan {
             x,
             plane,
@@ -229,8 +267,9 @@ impl PlanePlan {
             parts,
             part_rows,
             band,
-            flat,
-            n_outer: parts * shape[0] * shape[1],
+            flat: flat && !chan,
+            chan,
+            n_outer,
         })
     }
 
@@ -247,6 +286,12 @@ impl PlanePlan {
 
     /// The schedule's text (the filetests' form).
     pub(super) fn text(&self) -> String {
+        if self.chan {
+            return format!(
+                "depthwise channels {CHAN_BLOCK} taps {}x{} stride {}x{} outer [i0,i1] trips {}",
+                self.h.taps, self.w.taps, self.h.stride, self.w.stride, self.n_outer
+            );
+        }
         format!(
             "depthwise plane taps {}x{} stride {}x{}{} band {}{} outer [i0,i1] trips {}",
             self.h.taps,
@@ -266,6 +311,9 @@ impl PlanePlan {
 
     /// The stage's kernel for a variant of `lanes` f32 lanes.
     pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
+        if self.chan {
+            return self.emit_chan(out, em, id, st, lanes);
+        }
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (h, w) = (self.h, self.w);
@@ -562,6 +610,128 @@ impl PlanePlan {
             }
         }
         writeln!(s, "            }}\n        }}\n    }}\n}}").unwrap();
+    }
+
+    /// The kernel of a channel-blocked plan ([`PlanePlan::chan`]) for a variant of `lanes` f32
+    /// lanes: each block of [`CHAN_BLOCK`] channels is `CHAN_BLOCK / lanes` vectors.
+    fn emit_chan(&self, s: &mut String, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
+        let shape = &st.ty.shape;
+        let r = st.reduce.as_ref().expect("a reduction");
+        let (h, w) = (self.h, self.w);
+        let (hp, wp) = (h.span(h.out), w.span(w.out));
+        let (hw, ohw) = (h.input * w.input, h.out * w.out);
+        let (cb, l) = (CHAN_BLOCK, lanes);
+        let (ncb, sv) = (shape[1] / cb, cb / l);
+        let vt = format!("cl_f32x{l}");
+        let st_strides = strides(shape);
+        let o0 = if shape[0] == 1 { 0 } else { st_strides[0] };
+        let o1 = st_strides[1];
+        let taps = h.taps * w.taps;
+        let (ra, rb) = (h.rvar, w.rvar);
+        // The padding never changes: zeroed once per call, the interior rewritten per task.
+        writeln!(
+            s,
+            "    float xs[{}], wt[{}];\n    for (int64_t q = 0; q < {}; ++q) xs[q] = 0.0f;",
+            hp * wp * cb,
+            taps * cb,
+            hp * wp * cb
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "    for (int64_t o = begin; o < end; ++o) {{\n        const int64_t c0 = o % {ncb} * {cb}, i0 = o / {ncb};"
+        )
+        .unwrap();
+        for k in &self.unit_rvars {
+            writeln!(s, "        const int64_t r{k} = 0;").unwrap();
+        }
+        // Every tap's weights of the block's channels, contiguous.
+        writeln!(
+            s,
+            "        for (int64_t l = 0; l < {cb}; ++l) {{\n            const int64_t i1 = c0 + l;\n            for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})\n                for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wt[(r{ra} * {} + r{rb}) * {cb} + l] = {};\n        }}",
+            h.taps,
+            w.taps,
+            w.taps,
+            em.expr(&self.weight)
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "        const float *restrict xp;\n        {{ const int64_t i1 = c0; xp = b{} + {}; }}",
+            self.x,
+            em.expr(&self.plane)
+        )
+        .unwrap();
+        // Input pixel `p` of the plane at padded pixel `(y, x)`, when the window reaches it.
+        let at = |p: &str| {
+            format!(
+                "const int64_t y = ({p}) / {iw} - ({oh}), x = ({p}) % {iw} - ({ow}); if ((uint64_t)y < {hp} && (uint64_t)x < {wp})",
+                iw = w.input,
+                oh = h.offset,
+                ow = w.offset
+            )
+        };
+        // The block's planes into the scratch: `lanes` pixels of `lanes` channels at a time,
+        // transposed in registers; the plane's last pixels one channel at a time.
+        writeln!(
+            s,
+            "        for (int64_t p = 0; p + {l} <= {hw}; p += {l})\n            for (int64_t sb = 0; sb < {sv}; ++sb) {{\n                {vt} v[{l}];\n                for (int64_t k = 0; k < {l}; ++k) v[k] = *(const {vt} *)(xp + (sb * {l} + k) * {hw} + p);"
+        )
+        .unwrap();
+        transpose_in_registers(s, l, &vt, "                ");
+        writeln!(
+            s,
+            "                for (int64_t k = 0; k < {l}; ++k) {{ {} *({vt} *)&xs[(y * {wp} + x) * {cb} + sb * {l}] = v[k]; }}\n            }}",
+            at("p + k")
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "        for (int64_t p = {}; p < {hw}; ++p) {{ {} for (int64_t c = 0; c < {cb}; ++c) xs[(y * {wp} + x) * {cb} + c] = xp[c * {hw} + p]; }}",
+            hw / l * l,
+            at("p")
+        )
+        .unwrap();
+        // Outputs: the taps summed along the channels, `lanes` pixels transposed back into a
+        // vector per channel; the plane's last pixels through a scratch vector.
+        let off = |t: usize| {
+            let (a, b) = (t / w.taps, t % w.taps);
+            (a * h.dilation * wp + b * w.dilation) * cb
+        };
+        let sum = (0..taps)
+            .map(|t| format!("wv[{t}] * *(const {vt} *)(xq + {})", off(t)))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let value = match &r.finalize {
+            Some(f) => vector_expr_acc(em, f, 1, &format!("c0 + sb * {l}"), &vt, "acc"),
+            None => "acc".to_string(),
+        };
+        let pixel = |q: &str| {
+            format!(
+                "const int64_t oy = ({q}) / {ow}, ox = ({q}) % {ow}; const float *restrict xq = xs + (oy * {} + ox * {}) * {cb} + sb * {l}; const {vt} acc = {sum};",
+                h.stride * wp,
+                w.stride,
+                ow = w.out
+            )
+        };
+        writeln!(
+            s,
+            "        for (int64_t sb = 0; sb < {sv}; ++sb) {{\n            {vt} wv[{taps}];\n            for (int64_t t = 0; t < {taps}; ++t) wv[t] = *(const {vt} *)&wt[t * {cb} + sb * {l}];\n            int64_t q0 = 0;\n            for (; q0 + {l} <= {ohw}; q0 += {l}) {{\n                {vt} v[{l}];\n                for (int64_t k = 0; k < {l}; ++k) {{ {} v[k] = {value}; }}",
+            pixel("q0 + k")
+        )
+        .unwrap();
+        transpose_in_registers(s, l, &vt, "                ");
+        writeln!(
+            s,
+            "                for (int64_t k = 0; k < {l}; ++k) *({vt} *)&b{id}[i0 * {o0} + (c0 + sb * {l} + k) * {o1} + q0] = v[k];\n            }}"
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "            for (; q0 < {ohw}; ++q0) {{ {} float tv[{l}]; *({vt} *)tv = {value}; for (int64_t k = 0; k < {l}; ++k) b{id}[i0 * {o0} + (c0 + sb * {l} + k) * {o1} + q0] = tv[k]; }}\n        }}\n    }}\n}}",
+            pixel("q0")
+        )
+        .unwrap();
     }
 }
 
