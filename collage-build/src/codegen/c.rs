@@ -2330,24 +2330,28 @@ fn transpose_in_registers(s: &mut String, w: usize, vt: &str, indent: &str) {
     }
 }
 
-/// The address (a C expression) of row load `e` at column `col` of dimension `v`, for a
-/// prefetch: `e` is an unpacked load of stride 1 along `v`.
+/// The address (a C expression) of row load `e` at column `col` of dimension `v`: `e` is an
+/// unpacked load of stride 1 along `v`.
 fn row_address(em: &Emitter, e: &Expr, v: u32, col: &str) -> String {
-    let zero_v = |x: &Expr| -> Expr {
-        x.rewrite(&mut |y| match y {
-            Expr::Var(k) if *k == v => Some(Expr::i(0)),
-            _ => None,
-        })
-    };
     match e {
         Expr::Load(s, idx) => {
             let b = Emitter::buf(s);
             let flat = Expr::flatten(idx, &em.p.bufs[b as usize].ty.shape);
-            format!("&b{b}[{} + {col}]", em.expr(&zero_v(&flat)))
+            format!("&b{b}[{} + {col}]", em.expr(&at_zero(&flat, v)))
         }
-        Expr::LoadFlat(s, f) => format!("&b{}[{} + {col}]", Emitter::buf(s), em.expr(&zero_v(f))),
+        Expr::LoadFlat(s, f) => {
+            format!("&b{}[{} + {col}]", Emitter::buf(s), em.expr(&at_zero(f, v)))
+        }
         other => unreachable!("not a row load: {other:?}"),
     }
+}
+
+/// `x` with `Var(v)` at 0.
+fn at_zero(x: &Expr, v: u32) -> Expr {
+    x.rewrite(&mut |y| match y {
+        Expr::Var(k) if *k == v => Some(Expr::i(0)),
+        _ => None,
+    })
 }
 
 /// True if `e` varies along the row (uses `Var(v)` or the accumulator).
@@ -2375,12 +2379,6 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
             format!("(({vt}){{0}} + {})", em.expr(x))
         }
     };
-    let zero_v = |x: &Expr| -> Expr {
-        x.rewrite(&mut |y| match y {
-            Expr::Var(k) if *k == v => Some(Expr::i(0)),
-            _ => None,
-        })
-    };
     match e {
         Expr::Load(s, idx) => {
             let b = Emitter::buf(s);
@@ -2394,17 +2392,9 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
                     em.expr(&rowflat)
                 );
             }
-            let flat = Expr::flatten(idx, &buf.ty.shape);
-            format!(
-                "(*(const {vt} *)&b{b}[{} + {col}])",
-                em.expr(&zero_v(&flat))
-            )
+            format!("(*(const {vt} *){})", row_address(em, e, v, col))
         }
-        Expr::LoadFlat(s, f) => format!(
-            "(*(const {vt} *)&b{}[{} + {col}])",
-            Emitter::buf(s),
-            em.expr(&zero_v(f))
-        ),
+        Expr::LoadFlat(..) => format!("(*(const {vt} *){})", row_address(em, e, v, col)),
         Expr::Acc => acc.to_string(),
         Expr::Bin(op @ (BinOp::Max | BinOp::Min), a, b) => {
             let w = vt.trim_start_matches("cl_f32x");
