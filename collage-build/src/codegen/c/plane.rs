@@ -12,6 +12,11 @@
 //! 14x14 planes) instead run flat: the band's outputs as one run of whole vectors on the
 //! scratch's row pitch (two junk columns per row), the epilogue on those vectors, and each row
 //! copied out — a 7x7 row would fill four lanes of a vector, the flat run fills all of them.
+//!
+//! Strided windows and rows under half a vector run channel-blocked instead when their channels
+//! come in blocks of 16 and their epilogue runs along the channels ([`PlanePlan::chan`]): the
+//! block's padded planes transposed into a pixel-major scratch, every output a vector of 16
+//! channels, the outputs transposed back in registers.
 use std::fmt::Write;
 
 use super::{conjuncts, transpose_in_registers, uses_var, vector_expr_acc, vectorizable, Emitter};
@@ -97,8 +102,8 @@ pub(super) struct PlanePlan {
     /// channels, transposes their padded planes into a scratch of pixels (the block's channels
     /// contiguous), computes every output as vectors along the channels (the taps' weights one
     /// vector each, the per-channel epilogue along the vector) and transposes the outputs back
-    /// in registers. Planes of 7x7 or 14x14 fill few lanes per row and strided ones need their
-    /// rows deinterleaved; along the channels every lane is used and every load is a vector.
+    /// in registers. A 7x7 plane's rows fill few lanes and strided rows must be deinterleaved;
+    /// along the channels every lane is used and every load is a vector.
     chan: bool,
     /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major; or
     /// blocks of channels (`shape[0] * shape[1] / CHAN_BLOCK`).
