@@ -1917,6 +1917,9 @@ struct GemmPlan {
     prefetch: Vec<Expr>,
 }
 
+/// Bytes of a cache line: the step of the prefetches.
+const CACHE_LINE: usize = 64;
+
 /// A row load streams when its tensor is at least this large (the L2 of one core on most
 /// targets): its next tile then comes from L3 or memory unless it is fetched ahead.
 const STREAM_BYTES: usize = 1 << 20;
@@ -1926,15 +1929,12 @@ const STREAM_BYTES: usize = 1 << 20;
 const PREFETCH_TILE_BYTES: usize = 16 << 10;
 
 impl GemmPlan {
-    /// The row loads of `st` whose next tile (`tw` columns on) a task prefetches while it
-    /// computes its own: those of unpacked tensors that stream ([`STREAM_BYTES`]), when the
-    /// tile's rows of them over the whole reduction fit [`PREFETCH_TILE_BYTES`]. A pointwise
+    /// The row loads whose next tile (`tw` columns on) a task prefetches while it computes its
+    /// own: those of unpacked tensors that stream ([`STREAM_BYTES`]), when the tile's rows of
+    /// them over the whole reduction (`points` steps) fit [`PREFETCH_TILE_BYTES`]. A pointwise
     /// convolution over a 112x112 image reads 32 rows of 64 pixels per tile; the hardware's
     /// prefetchers follow few of those streams at once and restart at every page.
-    fn prefetched(p: &Program, st: &Stage, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
-        let Some(r) = st.reduce.as_ref() else {
-            return Vec::new();
-        };
+    fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
         let mut streams: Vec<Expr> = Vec::new();
         for e in row_loads {
             let (Expr::Load(s, _) | Expr::LoadFlat(s, _)) = e else {
@@ -1945,7 +1945,6 @@ impl GemmPlan {
                 streams.push(e.clone());
             }
         }
-        let points: usize = r.extents.iter().product();
         if points * tw * 4 * streams.len() > PREFETCH_TILE_BYTES {
             return Vec::new();
         }
@@ -2024,7 +2023,7 @@ impl GemmPlan {
             })
             .product::<usize>()
             * n_tiles;
-        let prefetch = Self::prefetched(p, st, &row_loads, vecs * lanes);
+        let prefetch = Self::prefetched(p, r.extents.iter().product(), &row_loads, vecs * lanes);
         Some(GemmPlan {
             v,
             jam,
@@ -2102,9 +2101,9 @@ impl GemmPlan {
                     writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
                 }
             }
-            // The next tile's rows, a cache line at a time (16 floats).
+            // The next tile's rows, a cache line at a time.
             for e in &self.prefetch {
-                for c in (0..tw).step_by(16) {
+                for c in (0..tw).step_by(CACHE_LINE / 4) {
                     let at = row_address(em, e, v as u32, &format!("t0 + {}", tw + c));
                     writeln!(out, "{ri}__builtin_prefetch({at});").unwrap();
                 }
@@ -2138,7 +2137,7 @@ impl GemmPlan {
                         .unwrap();
                         // The same rows' next tile, to be written: fetched for ownership
                         // ahead, where the loads stream too.
-                        if !self.prefetch.is_empty() && (t * w) % 16 == 0 {
+                        if !self.prefetch.is_empty() && (t * w) % (CACHE_LINE / 4) == 0 {
                             writeln!(
                                 out,
                                 "            __builtin_prefetch(&b{id}[{flat} + {col} + {tw}], 1);"

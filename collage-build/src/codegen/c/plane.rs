@@ -19,7 +19,9 @@
 //! channels, the outputs transposed back in registers.
 use std::fmt::Write;
 
-use super::{conjuncts, transpose_in_registers, uses_var, vector_expr_acc, vectorizable, Emitter};
+use super::{
+    conjuncts, transpose_in_registers, uses_var, vector_expr_acc, vectorizable, Emitter, CACHE_LINE,
+};
 use crate::ir::{strides, DType};
 use crate::te::{affine_terms, BinOp, Expr, Program, RedOp, Src, Stage};
 
@@ -449,7 +451,7 @@ impl PlanePlan {
         if plane_floats * 4 >= PREFETCH_PLANE_BYTES {
             writeln!(
                 s,
-                "                for (int64_t k = 0; k < {}; k += 64) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",
+                "                for (int64_t k = 0; k < {}; k += {CACHE_LINE}) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",
                 w.input * 4
             )
             .unwrap();
