@@ -9,6 +9,7 @@ use std::path::Path;
 use collage_build::driver::Options;
 use collage_build::ir::{DType, Graph, Tensor, TensorType};
 use collage_build::ops::{lookup, Attr, Attrs, OpCx};
+use collage_build::te::Isa;
 use collage_build::{passes, tensor};
 use collage_runtime::Executor;
 
@@ -556,18 +557,18 @@ fn channel_convolutions_read_their_padded_input() {
         let c = padded_conv3x3(&[1, 40, h, h], co);
         let p = &c.program;
         let stages: Vec<_> = (0..p.bufs.len() as u32)
-            .filter_map(|b| p.stage(b))
+            .filter_map(|b| Some((b, p.stage(b)?)))
             .collect();
         (
             stages
                 .iter()
-                .filter(|st| st.reduce.is_some())
-                .map(|st| collage_build::codegen::c::schedule_text(p, st, 16))
+                .filter(|(_, st)| st.reduce.is_some())
+                .map(|&(b, _)| p.plan(b, Isa::Avx512).unwrap().to_string())
                 .collect(),
             stages
                 .iter()
-                .filter(|st| st.reduce.is_none())
-                .map(|st| (st.name.clone(), st.ty.shape.clone()))
+                .filter(|(_, st)| st.reduce.is_none())
+                .map(|(_, st)| (st.name.clone(), st.ty.shape.clone()))
                 .collect(),
         )
     };

@@ -81,8 +81,21 @@ pub trait WindowCalls {
     /// Defines `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing window
     /// stage `id`; returns what of its finalize the call does not take (run in place after it).
     fn emit_call(&self, out: &mut String, places: &[Place], id: u32, fname: &str) -> Option<Expr>;
+    /// What of window stage `id`'s finalize its call does not take (what
+    /// [`emit_call`](WindowCalls::emit_call) returns), for the plan of its in-place epilogue.
+    fn epilogue(&self, id: u32) -> Option<Expr>;
     /// Statements at the start of the entry point `collage_<symbol>_run`.
     fn emit_entry(&self, out: &mut String);
+}
+
+impl dyn WindowCalls + '_ {
+    /// [`WindowCalls::epilogue`] of every window stage of `p`, by buffer.
+    pub fn epilogues(&self, p: &Program) -> std::collections::HashMap<u32, Option<Expr>> {
+        (0..p.bufs.len() as u32)
+            .filter(|&b| p.stage(b).is_some_and(|st| st.exec.window().is_some()))
+            .map(|b| (b, self.epilogue(b)))
+            .collect()
+    }
 }
 
 /// Declares the backend folders of [`te::backend_list`](crate::te): one module per line of the

@@ -6,16 +6,21 @@
 use std::fmt::Write;
 
 use crate::ir::{strides, DType};
+pub(crate) use crate::schedule::analysis::conjuncts;
+use crate::schedule::analysis::{
+    channel_axis, channel_weight, generated_f32_sum, is_vector, load_coef, split_body, uses_var,
+    vectorizable,
+};
+use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Place;
 use crate::te::{
-    BinOp, BufKind, Exec, Expr, Group, LibraryCall, Program, RedOp, Scalar, Src, Stage, UnOp, PANEL,
+    BinOp, Bound, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall, PlainPlan,
+    Program, RedOp, RowPlan, Scalar, Src, Stage, UnOp, Window, PANEL,
 };
 
 mod channel;
 mod direct;
 mod plane;
-use channel::ChannelPlan;
-use plane::PlanePlan;
 
 /// Weight bytes above which a smaller stage is still split across threads: streaming weights is
 /// memory-bound, and two cores fetch them faster than one.
@@ -521,178 +526,11 @@ impl Emitter<'_> {
     }
 }
 
-/// The coefficient of `Var(v)` in an index expression if it is affine in `Var(v)`.
-fn coef(e: &Expr, v: u32) -> Option<i64> {
-    match e {
-        Expr::Var(k) => Some((*k == v) as i64),
-        Expr::RVar(_) | Expr::Const(_) => Some(0),
-        Expr::Bin(BinOp::Add, a, b) => Some(coef(a, v)? + coef(b, v)?),
-        Expr::Bin(BinOp::Sub, a, b) => Some(coef(a, v)? - coef(b, v)?),
-        Expr::Bin(BinOp::Mul, a, b) => match (a.as_ref(), b.as_ref()) {
-            (x, Expr::Const(c)) | (Expr::Const(c), x) if c.dtype() == DType::I64 => {
-                Some(coef(x, v)? * c.as_i64())
-            }
-            _ => {
-                let (ca, cb) = (coef(a, v)?, coef(b, v)?);
-                (ca == 0 && cb == 0).then_some(0)
-            }
-        },
-        other => {
-            let mut uses = false;
-            other.visit(&mut |x| uses |= *x == Expr::Var(v));
-            (!uses).then_some(0)
-        }
-    }
-}
-
-/// True if some load in `body` walks its source with stride 1 along output dimension `v`: then
-/// the reduction is emitted with `v` innermost (vectorisable) and a row of accumulators.
-fn contiguous_along(p: &Program, body: &Expr, v: u32) -> bool {
-    let mut found = false;
-    body.visit(&mut |e| {
-        let c = match e {
-            Expr::Load(Src::Buf(b), idx) => {
-                let st = strides(&p.bufs[*b as usize].ty.shape);
-                idx.iter()
-                    .zip(&st)
-                    .try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
-            }
-            Expr::LoadFlat(_, f) => coef(f, v),
-            _ => None,
-        };
-        found |= c == Some(1);
-    });
-    found
-}
-
-/// Largest row of accumulators kept on the stack by the row-reduction schedule.
-const MAX_ACC_ROW: usize = 4096;
-
-/// The loop schedule of a stage, as chosen by the code generator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// Injective: one loop nest over the output.
-    Elementwise,
-    /// Reduction with a tile of SIMD accumulators in registers (contractions).
-    RegisterBlocked,
-    /// Reduction with a row of accumulators, contiguous dimension innermost.
-    Row,
-    /// Reduction loop innermost.
-    Plain,
-    /// Depthwise window over zero-padded image planes (`codegen/c/plane.rs`).
-    Plane,
-    /// Contraction vectorised along its output channels, the reduction in blocks
-    /// (`codegen/c/channel.rs`).
-    Channel,
-}
-
-/// The schedule the code generator uses for `st` (for `lanes` f32 SIMD lanes).
-pub fn schedule_of(p: &Program, st: &Stage, lanes: usize) -> Schedule {
-    match plans(p, st, lanes) {
-        _ if st.reduce.is_none() => Schedule::Elementwise,
-        _ if PlanePlan::new(p, st).is_some() => Schedule::Plane,
-        _ if ChannelPlan::new(p, st, lanes).is_some() => Schedule::Channel,
-        (Some(_), _) => Schedule::RegisterBlocked,
-        (_, Some(_)) => Schedule::Row,
-        _ => Schedule::Plain,
-    }
-}
-
-/// The loop schedule of `st` as text (the filetests' form): the kind, then for reductions the
-/// vectorised dimension, the jammed dimension and factor, the tile, and the dimensions of the
-/// flattened outer (parallel) loop with its trip count.
-pub fn schedule_text(p: &Program, st: &Stage, lanes: usize) -> String {
-    let jam =
-        |j: Option<(usize, usize)>| j.map_or("none".to_string(), |(k, n)| format!("i{k}x{n}"));
-    let dims = |o: &[usize]| {
-        o.iter()
-            .map(|k| format!("i{k}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    if st.reduce.is_none() {
-        return format!("elementwise outer {}", injective_outer_dims(&st.ty.shape));
-    }
-    if let Some(pp) = PlanePlan::new(p, st) {
-        return pp.text();
-    }
-    if let Some(cp) = ChannelPlan::new(p, st, lanes) {
-        return cp.text();
-    }
-    match plans(p, st, lanes) {
-        (Some(g), _) => format!(
-            "register-blocked vector i{} lanes {}x{} jam {}{} outer [{}] trips {}",
-            g.v,
-            g.vecs,
-            g.lanes,
-            jam(g.jam),
-            if g.jam_rem > 0 {
-                format!(" last {}", g.jam_rem)
-            } else {
-                String::new()
-            },
-            dims(&g.outer),
-            g.n_outer
-        ),
-        (_, Some(r)) => format!(
-            "row vector i{} jam {} tile {} outer [{}] trips {}{}",
-            r.v,
-            jam(r.jam),
-            r.tile,
-            dims(&r.outer),
-            r.n_outer,
-            if r.guard.is_some() { " guarded" } else { "" }
-        ),
-        _ => format!("plain outer {}", outer_dims(&st.ty.shape)),
-    }
-}
-
-fn plans(p: &Program, st: &Stage, lanes: usize) -> (Option<GemmPlan>, Option<RowPlan>) {
-    let shape = &st.ty.shape;
-    let rank = shape.len();
-    let row_reduce = st.reduce.is_some()
-        && rank >= 1
-        && shape[rank - 1] >= 4
-        && contiguous_along(p, &st.body, rank as u32 - 1);
-    let gemm = if row_reduce {
-        GemmPlan::new(p, st, lanes)
-    } else {
-        None
-    };
-    let row = (row_reduce && gemm.is_none() && shape[rank - 1] <= MAX_ACC_ROW)
-        .then(|| RowPlan::new(p, st, lanes));
-    (gemm, row)
-}
-
-/// How many leading output dimensions form the flattened outer (parallel) loop.
-fn outer_dims(shape: &[usize]) -> usize {
-    let mut prod = 1;
-    for (k, &d) in shape.iter().enumerate() {
-        prod *= d;
-        if prod >= 64 {
-            return k + 1;
-        }
-    }
-    shape.len()
-}
-
-/// [`outer_dims`] for an injective stage: a last dimension of 16 or more stays an inner loop
-/// (contiguous, vectorisable, no division per element), unless it is the only dimension.
-fn injective_outer_dims(shape: &[usize]) -> usize {
-    let rank = shape.len();
-    let nd = outer_dims(shape);
-    if rank >= 2 && shape[rank - 1] >= 16 {
-        nd.min(rank - 1)
-    } else {
-        nd
-    }
-}
-
 /// x86-64 instruction-set variants compiled next to the baseline and chosen at run time with
 /// `__builtin_cpu_supports` (GCC only; other compilers get the baseline).
-const VARIANTS: &[(&str, &str, &str)] = &[
-    ("_avx512", "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,prefer-vector-width=512", "__builtin_cpu_supports(\"avx512f\") && __builtin_cpu_supports(\"avx512vl\") && __builtin_cpu_supports(\"avx512bw\") && __builtin_cpu_supports(\"avx512dq\")"),
-    ("_avx2", "avx2,fma", "__builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\")"),
+const VARIANTS: &[(Isa, &str, &str)] = &[
+    (Isa::Avx512, "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,prefer-vector-width=512", "__builtin_cpu_supports(\"avx512f\") && __builtin_cpu_supports(\"avx512vl\") && __builtin_cpu_supports(\"avx512bw\") && __builtin_cpu_supports(\"avx512dq\")"),
+    (Isa::Avx2, "avx2,fma", "__builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\")"),
 ];
 
 /// Emits the C translation unit for `p`; `places` gives every buffer's location.
@@ -730,23 +568,24 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         w.emit_unit(&mut out);
     }
     out.push_str("\n#ifdef CL_DISPATCH\n");
-    for (suffix, target, _) in VARIANTS {
+    for (isa, target, _) in VARIANTS {
         writeln!(
             out,
             "#pragma GCC push_options\n#pragma GCC target(\"{target}\")"
         )
         .unwrap();
-        emit_variant(&mut out, p, places, suffix, &windows);
+        emit_variant(&mut out, p, places, *isa, &windows);
         out.push_str("#pragma GCC pop_options\n");
     }
     out.push_str("#endif\n");
-    emit_variant(&mut out, p, places, "", &windows);
+    emit_variant(&mut out, p, places, Isa::Base, &windows);
     writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
     if let Some((_, w)) = &windows {
         w.emit_entry(&mut out);
     }
     out.push_str("#ifdef CL_DISPATCH\n");
-    for (suffix, _, cond) in VARIANTS {
+    for (isa, _, cond) in VARIANTS {
+        let suffix = isa.suffix();
         writeln!(
             out,
             "    if ({cond}) {{\n        run{suffix}(rt, A, W, I);\n        return;\n    }}"
@@ -828,7 +667,8 @@ fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
     line
 }
 
-fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, windows: &Windows) {
+fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windows: &Windows) {
+    let suffix = isa.suffix();
     let mut calls = String::new();
     let end = arena_end(p, places);
     for (i, b) in p.bufs.iter().enumerate() {
@@ -875,12 +715,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
                 let parallel = worth_parallel(p, st);
                 super::library::emit_gemm(out, places, id, &g, *backend, &fname, parallel);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
-                Some(
-                    st.reduce
-                        .as_ref()
-                        .and_then(|r| r.finalize.clone())
-                        .filter(|f| *f != Expr::Acc),
-                )
+                Some(st.gemm_epilogue())
             }
         };
         if let Some(g) = p
@@ -897,9 +732,9 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
                 slot_bytes: g.slot_bytes(&p.bufs[g.producer as usize]),
                 fill: g.producer == id,
             };
-            let (fname, n_outer, _) = emit_stage(out, p, places, id, st, suffix, Some(&m));
+            let (fname, n_outer, _) = emit_stage(out, p, places, id, st, isa, Some(&m));
             if !m.fill {
-                let task = emit_group_task(out, p, g, &fname, n_outer, suffix);
+                let task = emit_group_task(out, p, g, &fname, n_outer, isa);
                 writeln!(
                     calls,
                     "    rt->parallel_for(rt->pool, {}, {task}, &ctx);",
@@ -914,21 +749,11 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], suffix: &str, w
             None => st,
             Some(None) => continue,
             Some(Some(fin)) => {
-                // The stage iterates its own shape; the buffer may have another (a fused view),
-                // so the element is addressed by its flat position.
-                let vars: Vec<Expr> = (0..st.ty.rank()).map(Expr::var).collect();
-                let this = Expr::load_flat(Src::Buf(id), Expr::flatten(&vars, &st.ty.shape));
-                epilogue = Stage {
-                    name: format!("{}_epilogue", st.name),
-                    body: fin.rewrite(&mut |x| (*x == Expr::Acc).then(|| this.clone())),
-                    reduce: None,
-                    exec: Exec::Generated,
-                    ..st.clone()
-                };
+                epilogue = st.epilogue_stage(id, &fin);
                 &epilogue
             }
         };
-        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, suffix, None);
+        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, isa, None);
         if n_outer == 0 {
             continue;
         }
@@ -972,15 +797,15 @@ fn emit_group_task(
     g: &Group,
     inst: &str,
     n_outer: usize,
-    variant: &str,
+    isa: Isa,
 ) -> String {
+    let variant = isa.suffix();
     let st = p.stage(g.consumer).expect("a group's consumer is a stage");
     let n = *st.ty.shape.last().expect("rank >= 1");
-    let lanes = lanes_of(variant);
-    let gp = plans(p, st, lanes)
-        .0
+    let tw = p
+        .plan(g.consumer, isa)
+        .and_then(KernelPlan::tile_width)
         .expect("a group's consumer is register-blocked");
-    let tw = gp.vecs * lanes;
     debug_assert_eq!(g.cols % tw, 0, "instances are whole tiles");
     let per_inst = n_outer / n.div_ceil(tw) * (g.cols / tw);
     let (a, b, cols, k, s) = (g.producer, g.consumer, g.cols, g.instances, g.slots);
@@ -1009,43 +834,23 @@ fn emit_group_task(
     fname
 }
 
-/// f32 lanes of an instruction-set variant's vectors.
-fn lanes_of(variant: &str) -> usize {
-    match variant {
-        "_avx512" => 16,
-        "_avx2" => 8,
-        _ => 4,
-    }
-}
-
-/// The widths in columns of the register tile of stage `b` in every variant, if the code
-/// generator register-blocks it in all of them ([`crate::schedule::plan_groups`] makes a
-/// group's instances whole tiles).
-pub(super) fn tile_widths(p: &Program, b: u32) -> Option<Vec<usize>> {
-    let st = p.stage(b)?;
-    if PlanePlan::new(p, st).is_some() {
-        return None;
-    }
-    let mut widths = Vec::new();
-    for (variant, _, _) in VARIANTS.iter().chain(&[("", "", "")]) {
-        let lanes = lanes_of(variant);
-        if ChannelPlan::new(p, st, lanes).is_some() {
-            return None;
-        }
-        widths.push(plans(p, st, lanes).0?.vecs * lanes);
-    }
-    Some(widths)
-}
-
 fn emit_stage(
     out: &mut String,
     p: &Program,
     places: &[Place],
     id: u32,
     st: &Stage,
-    variant: &str,
+    isa: Isa,
     member: Option<&Member>,
 ) -> (String, usize, bool) {
+    let variant = isa.suffix();
+    let lanes = isa.lanes();
+    let plan = p.plan(id, isa).unwrap_or_else(|| {
+        panic!(
+            "stage {} (b{id}) has no plan: the program was not planned",
+            st.name
+        )
+    });
     let fname = match member {
         Some(m) if m.fill => format!("k{id}{variant}_fill"),
         Some(_) => format!("k{id}{variant}_inst"),
@@ -1053,30 +858,7 @@ fn emit_stage(
     };
     let shape = &st.ty.shape;
     let rank = shape.len();
-    let nd = if st.reduce.is_none() {
-        injective_outer_dims(shape)
-    } else {
-        outer_dims(shape)
-    };
-    let lanes = lanes_of(variant);
-    let plane = PlanePlan::new(p, st);
-    let channel = if plane.is_some() {
-        None
-    } else {
-        ChannelPlan::new(p, st, lanes)
-    };
-    let (gemm, row) = if plane.is_some() || channel.is_some() {
-        (None, None)
-    } else {
-        plans(p, st, lanes)
-    };
-    let n_outer: usize = match (&gemm, &row) {
-        _ if plane.is_some() => plane.as_ref().expect("checked").n_outer,
-        _ if channel.is_some() => channel.as_ref().expect("checked").n_outer,
-        (Some(gp), _) => gp.n_outer,
-        (_, Some(rp)) => rp.n_outer,
-        _ => shape[..nd].iter().product(),
-    };
+    let n_outer = plan.n_outer();
     let parallel = n_outer > 1 && worth_parallel(p, st);
     let em = Emitter {
         p,
@@ -1141,22 +923,31 @@ fn emit_stage(
         }
     }
     writeln!(out, "{}", ptr(id, false)).unwrap();
-    if let Some(pp) = &plane {
-        pp.emit(out, &em, id, st, lanes);
-        return (fname, n_outer, parallel);
-    }
-    if let Some(cp) = &channel {
-        cp.emit(out, &em, id, st);
-        return (fname, n_outer, parallel);
-    }
-    if let Some(gp) = &gemm {
-        gp.emit(out, &em, id, st);
-        return (fname, n_outer, parallel);
-    }
-    if let Some(rp) = &row {
-        rp.emit(out, &em, id, st);
-        return (fname, n_outer, parallel);
-    }
+    // The loop nest over the output: its outer dimensions, the last one split, the guard's
+    // ranges of an injective stage, the window of a padded reduction.
+    let (nd, split, guarded, win) = match plan {
+        KernelPlan::Plane(pp) => {
+            pp.emit(out, &em, id, st, lanes);
+            return (fname, n_outer, parallel);
+        }
+        KernelPlan::Channel(cp) => {
+            cp.emit(out, &em, id, st);
+            return (fname, n_outer, parallel);
+        }
+        KernelPlan::Gemm(gp) => {
+            gp.emit(out, &em, id, st);
+            return (fname, n_outer, parallel);
+        }
+        KernelPlan::Row(rp) => {
+            rp.emit(out, &em, id, st);
+            return (fname, n_outer, parallel);
+        }
+        KernelPlan::Injective(ip) => (ip.outer, ip.split, ip.guard.as_ref(), None),
+        KernelPlan::Window(wp) => (wp.outer, None, None, Some(&wp.window)),
+        KernelPlan::Plain(pp) => (pp.outer, None, None, None),
+    };
+    let simd = matches!(plan, KernelPlan::Plain(PlainPlan { simd: true, .. }));
+    debug_assert!(split.is_none() || st.reduce.is_none());
     let st_strides = strides(shape);
     writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
     // Unravel the flattened outer index.
@@ -1171,48 +962,7 @@ fn emit_stage(
     }
     let mut indent = "        ".to_string();
     let loop_dims = rank;
-    // An injective stage that reads its innermost index only as `i / W` and `i % W` (an im2col
-    // over a flattened image) iterates it as two loops, so no division is left per element.
-    let split = if st.reduce.is_none() && rank > nd {
-        split_factor(&st.body, rank as u32 - 1, shape[rank - 1])
-    } else {
-        None
-    };
     let mut body = st.body.clone();
-    // A padded window (pooling): window loops outside, the row of outputs inside
-    // (codegen/window.rs).
-    let win = match &st.reduce {
-        Some(r) if rank > nd && split.is_none() && (8..=4096).contains(&shape[rank - 1]) => {
-            super::window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1)
-        }
-        _ => None,
-    };
-    // An injective stage whose body is `guard ? value : 0` with the guard affine in the
-    // innermost loop variable (padding): that loop runs as three ranges (zeros, values, zeros),
-    // so the value loop has no test per element.
-    let guarded = if st.reduce.is_none() && rank > nd {
-        let v = match split {
-            Some(_) => rank as u32 + 1,
-            None => rank as u32 - 1,
-        };
-        let body_now = match split {
-            Some(w) => split_body(&body, rank - 1, w),
-            None => body.clone(),
-        };
-        let zero = Scalar::from_f64(st.ty.dtype, 0.0);
-        super::window::split(&body_now, zero, v).filter(|g| {
-            // With the split, the flattened index must not appear in the guard (it is
-            // defined inside the loop).
-            split.is_none()
-                || g.bounds
-                    .iter()
-                    .map(|b| &b.num)
-                    .chain(&g.invariant)
-                    .all(|e| !uses_var(e, rank as u32 - 1))
-        })
-    } else {
-        None
-    };
     // A group's fill computes the last dimension's columns [c0, c1) only.
     let fill = member.is_some_and(|m| m.fill);
     assert!(
@@ -1300,7 +1050,7 @@ fn emit_stage(
     };
     match &st.reduce {
         Some(r) if win.is_some() => {
-            let w = win.as_ref().expect("checked");
+            let w = win.expect("checked");
             let (l, n) = (rank - 1, shape[rank - 1]);
             let init = scalar(r.op.init(st.ty.dtype));
             writeln!(out, "{indent}{cty} accr[{n}];").unwrap();
@@ -1324,7 +1074,7 @@ fn emit_stage(
             }
             let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
             for b in &w.bounds {
-                let q = b.c_expr(&em.expr(&b.num));
+                let q = bound_c(b, &em.expr(&b.num));
                 if b.lower {
                     lo = format!("cl_max_i64({lo}, {q})");
                 } else {
@@ -1344,7 +1094,7 @@ fn emit_stage(
             .unwrap();
         }
         None if guarded.is_some() => {
-            let g = guarded.as_ref().expect("checked");
+            let g = guarded.expect("checked");
             emit_guarded(
                 out, &em, &indent, g, p, id, st, split, &flat_out, fill, lanes,
             );
@@ -1359,12 +1109,6 @@ fn emit_stage(
             .unwrap();
             let mut ri = indent.clone();
             let last_r = r.extents.len().saturating_sub(1);
-            // Vectorised only over a long enough innermost reduction: a pooling window's three
-            // columns cost more as a vector (setup, horizontal reduction) than as scalars.
-            let simd = matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
-                && st.ty.dtype.is_float()
-                && r.extents.last().is_some_and(|&e| e >= MIN_SIMD_REDUCTION)
-                && contiguous_along_r(p, &st.body, last_r as u32);
             // A vectorised max / min keeps one accumulator per lane, which OpenMP's combiner
             // may not carry a NaN through: a flag of its own does, and sets the result after.
             let nan_flag = simd && r.op != RedOp::Sum;
@@ -1410,21 +1154,6 @@ fn emit_stage(
     (fname, n_outer, parallel)
 }
 
-/// `body` with `i{k} / w` and `i{k} % w` replaced by the split loop variables `i{rank}` and
-/// `i{rank + 1}` (`rank` = `k + 1`, the innermost dimension split in two loops).
-fn split_body(body: &Expr, k: usize, w: usize) -> Expr {
-    let (hi, lo) = (k as u32 + 1, k as u32 + 2);
-    body.rewrite(&mut |e| match e {
-        Expr::Bin(BinOp::Div, a, b) if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) => {
-            Some(Expr::Var(hi))
-        }
-        Expr::Bin(BinOp::FMod, a, b) if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) => {
-            Some(Expr::Var(lo))
-        }
-        _ => None,
-    })
-}
-
 /// A panel-packed output's row (`i0 .. i{l-1}` flattened, the last dimension `l` excluded) as C,
 /// and its row count.
 fn packed_rows(shape: &[usize]) -> (String, usize) {
@@ -1452,7 +1181,7 @@ fn emit_guarded(
     out: &mut String,
     em: &Emitter,
     indent: &str,
-    g: &super::window::Window,
+    g: &Window,
     p: &Program,
     id: u32,
     st: &Stage,
@@ -1474,7 +1203,7 @@ fn emit_guarded(
     };
     let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
     for b in &g.bounds {
-        let q = b.c_expr(&em.expr(&b.num));
+        let q = bound_c(b, &em.expr(&b.num));
         if b.lower {
             lo = format!("cl_max_i64({lo}, {q})");
         } else {
@@ -1624,200 +1353,7 @@ fn vector_copy(src_def: &str, scalar_loop: &str, lanes: usize) -> String {
     s
 }
 
-/// True if some load in `body` walks its source with stride 1 along reduction variable `r`.
-fn contiguous_along_r(p: &Program, body: &Expr, r: u32) -> bool {
-    // Rename RVar(r) to a fresh Var and reuse the output-dimension analysis.
-    const FRESH: u32 = u32::MAX - 1;
-    let renamed = body.rewrite(&mut |e| match e {
-        Expr::RVar(k) if *k == r => Some(Expr::Var(FRESH)),
-        _ => None,
-    });
-    contiguous_along(p, &renamed, FRESH)
-}
-
-fn uses_var(e: &Expr, v: u32) -> bool {
-    let mut uses = false;
-    e.visit(&mut |x| uses |= *x == Expr::Var(v));
-    uses
-}
-
-/// Bounds on the row variable implied by a guard `select(cond, value, identity)`: the loop runs
-/// over `[lo, hi)` only, and conjuncts that do not involve the row variable are hoisted.
-struct Guard {
-    lo: Vec<Expr>,
-    hi: Vec<Expr>,
-    hoisted: Vec<Expr>,
-    value: Expr,
-}
-
-/// The conjuncts of a guard (`a && b && ...`, through bool casts).
-pub(super) fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
-    match c {
-        Expr::Bin(BinOp::And, a, b) => {
-            conjuncts(a, out);
-            conjuncts(b, out);
-        }
-        Expr::Cast(DType::Bool, a) => conjuncts(a, out),
-        other => out.push(other.clone()),
-    }
-}
-
-fn guard(body: &Expr, op: RedOp, dtype: DType, v: u32, rank: usize) -> Option<Guard> {
-    let Expr::Select(c, a, b) = body else {
-        return None;
-    };
-    let Expr::Const(z) = b.as_ref() else {
-        return None;
-    };
-    if *z != op.init(dtype) && !(op == RedOp::Sum && z.is_zero()) {
-        return None;
-    }
-    let mut cs = Vec::new();
-    conjuncts(c, &mut cs);
-    let mut g = Guard {
-        lo: vec![],
-        hi: vec![],
-        hoisted: vec![],
-        value: (**a).clone(),
-    };
-    let zero: Vec<Expr> = (0..rank)
-        .map(|k| {
-            if k as u32 == v {
-                Expr::i(0)
-            } else {
-                Expr::var(k)
-            }
-        })
-        .collect();
-    for t in cs {
-        let Expr::Bin(cmp @ (BinOp::Ge | BinOp::Gt | BinOp::Lt | BinOp::Le), l, r) = &t else {
-            if uses_var(&t, v) {
-                return None;
-            }
-            g.hoisted.push(t);
-            continue;
-        };
-        let d = (**l).clone().sub((**r).clone());
-        match coef(&d, v) {
-            Some(0) if !uses_var(&d, v) => g.hoisted.push(t.clone()),
-            Some(1) => {
-                // v + d0 (cmp) 0
-                let neg = Expr::i(0).sub(d.subst_vars(&zero));
-                match cmp {
-                    BinOp::Ge => g.lo.push(neg),
-                    BinOp::Gt => g.lo.push(neg.add(Expr::i(1))),
-                    BinOp::Lt => g.hi.push(neg),
-                    _ => g.hi.push(neg.add(Expr::i(1))),
-                }
-            }
-            Some(-1) => {
-                // d0 - v (cmp) 0
-                let d0 = d.subst_vars(&zero);
-                match cmp {
-                    BinOp::Ge => g.hi.push(d0.add(Expr::i(1))),
-                    BinOp::Gt => g.hi.push(d0),
-                    BinOp::Lt => g.lo.push(d0.add(Expr::i(1))),
-                    _ => g.lo.push(d0),
-                }
-            }
-            _ => return None,
-        }
-    }
-    Some(g)
-}
-
-/// The row-reduction schedule: the contiguous last output dimension innermost with a row of
-/// accumulators, optionally several rows at once along a dimension the contiguous loads do not
-/// depend on ("unroll and jam", so each loaded row is reused), and guards turned into loop bounds.
-struct RowPlan {
-    /// The row dimension (the last).
-    v: usize,
-    /// The jammed dimension and factor.
-    jam: Option<(usize, usize)>,
-    /// Row elements per tile (the accumulators of one tile stay in L1).
-    tile: usize,
-    /// Dimensions of the flattened outer loop, outermost first (the jammed one counts in blocks).
-    outer: Vec<usize>,
-    n_outer: usize,
-    guard: Option<Guard>,
-}
-
-/// Shortest innermost reduction a plain schedule vectorises (`#pragma omp simd`).
-const MIN_SIMD_REDUCTION: usize = 16;
-
-/// Largest accumulator block (bytes) kept on the stack.
-const MAX_ACC_BYTES: usize = 64 * 1024;
-
 impl RowPlan {
-    fn new(p: &Program, st: &Stage, lanes: usize) -> RowPlan {
-        let sched = crate::schedule::Schedule::of(st, lanes);
-        let shape = &st.ty.shape;
-        let rank = shape.len();
-        let v = rank - 1;
-        let r = st.reduce.as_ref().expect("a reduction");
-        let guard = guard(&st.body, r.op, st.ty.dtype, v as u32, rank);
-        let value = guard.as_ref().map_or(&st.body, |g| &g.value);
-        // Loads that walk the row: the jammed dimension must not appear in them.
-        let mut row_loads = Vec::new();
-        value.visit(&mut |e| {
-            if let Expr::Load(Src::Buf(b), idx) = e {
-                let strides = strides(&p.bufs[*b as usize].ty.shape);
-                let c = idx.iter().zip(&strides).try_fold(0i64, |acc, (ie, &s)| {
-                    Some(acc + coef(ie, v as u32)? * s as i64)
-                });
-                if c == Some(1) {
-                    row_loads.push(e.clone());
-                }
-            }
-        });
-        let row_bytes = shape[v] * st.ty.dtype.size();
-        let mut jam = None;
-        for k in (0..v).rev() {
-            let free = row_loads.iter().all(|l| !uses_var(l, k as u32))
-                && guard.as_ref().is_none_or(|g| {
-                    g.lo.iter()
-                        .chain(&g.hi)
-                        .chain(&g.hoisted)
-                        .all(|e| !uses_var(e, k as u32))
-                });
-            if !free || shape[k] < 2 {
-                continue;
-            }
-            if let Some(j) = (2..=sched.jam as usize)
-                .rev()
-                .find(|j| shape[k].is_multiple_of(*j) && j * row_bytes <= MAX_ACC_BYTES)
-            {
-                jam = Some((k, j));
-                break;
-            }
-        }
-        let outer: Vec<usize> = (0..v).collect();
-        let jn = jam.map_or(1, |(_, j)| j);
-        // Tiles of the row small enough that jn rows of accumulators fit the schedule's bytes.
-        let per_tile = ((sched.acc_bytes as usize / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
-        let tile = shape[v].min(per_tile);
-        let n_tiles = shape[v].div_ceil(tile);
-        let n_outer = outer
-            .iter()
-            .map(|&k| {
-                if jam.is_some_and(|(jk, _)| jk == k) {
-                    shape[k] / jn
-                } else {
-                    shape[k]
-                }
-            })
-            .product::<usize>()
-            * n_tiles;
-        RowPlan {
-            v,
-            jam,
-            tile,
-            outer,
-            n_outer,
-            guard,
-        }
-    }
-
     fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
@@ -1897,145 +1433,7 @@ impl RowPlan {
     }
 }
 
-/// The register-blocked schedule for contraction-like stages (matmul, im2col convolution): a tile
-/// of `rows` × `vecs` SIMD vectors of accumulators stays in registers while the reduction runs;
-/// loads along the row are vector loads, everything else is a scalar broadcast. Chosen when the
-/// body is a sum of products of such loads (no guards), in f32.
-struct GemmPlan {
-    v: usize,
-    /// Jammed dimension and rows per tile.
-    jam: Option<(usize, usize)>,
-    /// Rows of the jammed dimension's last block when the rows per tile do not divide it (0
-    /// when they do): that block runs the same code for fewer rows.
-    jam_rem: usize,
-    lanes: usize,
-    vecs: usize,
-    outer: Vec<usize>,
-    n_outer: usize,
-    /// The row loads whose next tile each task prefetches ([`GemmPlan::prefetched`]); empty
-    /// when none is worth it.
-    prefetch: Vec<Expr>,
-}
-
-/// Bytes of a cache line: the step of the prefetches.
-const CACHE_LINE: usize = 64;
-
-/// A row load streams when its tensor is at least this large (the L2 of one core on most
-/// targets): its next tile then comes from L3 or memory unless it is fetched ahead.
-const STREAM_BYTES: usize = 1 << 20;
-
-/// The most bytes of row loads one tile reads over its reduction for its next tile to be
-/// prefetched: half of a 32 KiB L1d, so that the tile being computed stays.
-const PREFETCH_TILE_BYTES: usize = 16 << 10;
-
 impl GemmPlan {
-    /// The row loads whose next tile (`tw` columns on) a task prefetches while it computes its
-    /// own: those of unpacked tensors that stream ([`STREAM_BYTES`]), when the tile's rows of
-    /// them over the whole reduction (`points` steps) fit [`PREFETCH_TILE_BYTES`]. A pointwise
-    /// convolution over a 112x112 image reads 32 rows of 64 pixels per tile; the hardware's
-    /// prefetchers follow few of those streams at once and restart at every page.
-    fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
-        let mut streams: Vec<Expr> = Vec::new();
-        for e in row_loads {
-            let (Expr::Load(s, _) | Expr::LoadFlat(s, _)) = e else {
-                continue;
-            };
-            let b = &p.bufs[Emitter::buf(s) as usize];
-            if !b.packed && b.ty.bytes() >= STREAM_BYTES && !streams.contains(e) {
-                streams.push(e.clone());
-            }
-        }
-        if points * tw * 4 * streams.len() > PREFETCH_TILE_BYTES {
-            return Vec::new();
-        }
-        streams
-    }
-
-    fn new(p: &Program, st: &Stage, lanes: usize) -> Option<GemmPlan> {
-        let r = st.reduce.as_ref()?;
-        if r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
-            return None;
-        }
-        let shape = &st.ty.shape;
-        let v = shape.len() - 1;
-        let mut body_ok = true;
-        st.body.visit(&mut |e| {
-            body_ok &= !matches!(
-                e,
-                Expr::Acc
-                    | Expr::Bin(BinOp::Max | BinOp::Min, ..)
-                    | Expr::Un(UnOp::Erf | UnOp::Exp, _)
-            )
-        });
-        if shape[v] < lanes || !body_ok || !vectorizable(p, &st.body, v as u32) {
-            return None;
-        }
-        let mut row_loads = Vec::new();
-        st.body.visit(&mut |e| {
-            if matches!(e, Expr::Load(..) | Expr::LoadFlat(..))
-                && load_coef(p, e, v as u32) == Some(1)
-            {
-                row_loads.push(e.clone());
-            }
-        });
-        // The stage's schedule, legalised: no wider than the row, rows that divide a dimension.
-        let sched = crate::schedule::Schedule::of(st, lanes);
-        let vecs = (sched.vecs as usize).min(shape[v] / lanes).max(1);
-        // The rows: the largest count up to the schedule's that divides the dimension, unless
-        // that is under half the schedule's (a prime count of rows, such as a transformer's
-        // 197 tokens), where blocks of the schedule's rows run with a shorter last block.
-        let rows = sched.rows as usize;
-        let mut jam = None;
-        let mut jam_rem = 0;
-        for k in (0..v).rev() {
-            if shape[k] < 2 || row_loads.iter().any(|l| uses_var(l, k as u32)) {
-                continue;
-            }
-            match (2..=rows).rev().find(|j| shape[k].is_multiple_of(*j)) {
-                Some(j) if 2 * j >= rows => jam = Some((k, j)),
-                _ if shape[k] >= rows && rows >= 2 => {
-                    jam = Some((k, rows));
-                    jam_rem = shape[k] % rows;
-                }
-                Some(j) => jam = Some((k, j)),
-                None => continue,
-            }
-            break;
-        }
-        // Column tiles outermost among the jammed rows: one tile of the row-walking operand stays
-        // in cache while every block of rows uses it.
-        let mut outer: Vec<usize> = (0..v)
-            .filter(|&k| jam.is_none_or(|(jk, _)| jk != k))
-            .collect();
-        if let Some((jk, _)) = jam {
-            outer.push(jk);
-        }
-        let jn = jam.map_or(1, |(_, j)| j);
-        let n_tiles = shape[v].div_ceil(vecs * lanes);
-        let n_outer = outer
-            .iter()
-            .map(|&k| {
-                if jam.is_some_and(|(jk, _)| jk == k) {
-                    shape[k].div_ceil(jn)
-                } else {
-                    shape[k]
-                }
-            })
-            .product::<usize>()
-            * n_tiles;
-        let prefetch = Self::prefetched(p, r.extents.iter().product(), &row_loads, vecs * lanes);
-        Some(GemmPlan {
-            v,
-            jam,
-            jam_rem,
-            lanes,
-            vecs,
-            outer,
-            n_outer,
-            prefetch,
-        })
-    }
-
     fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
@@ -2253,50 +1651,6 @@ impl GemmPlan {
     }
 }
 
-/// The stride of a load along output dimension `v`, if affine.
-fn load_coef(p: &Program, e: &Expr, v: u32) -> Option<i64> {
-    match e {
-        Expr::Load(Src::Buf(b), idx) => {
-            let st = strides(&p.bufs[*b as usize].ty.shape);
-            idx.iter()
-                .zip(&st)
-                .try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
-        }
-        Expr::LoadFlat(_, f) => coef(f, v),
-        _ => None,
-    }
-}
-
-/// True if `e` can be evaluated on a vector of consecutive `Var(v)`: every use of `v` is inside a
-/// stride-1 load, combined only by + - * / and negation.
-fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
-    if !is_vector(e, v) {
-        return true;
-    }
-    match e {
-        Expr::Load(..) | Expr::LoadFlat(..) => {
-            let idx_ok = match e {
-                Expr::Load(_, idx) => idx.iter().all(|i| coef(i, v).is_some()),
-                Expr::LoadFlat(_, f) => coef(f, v).is_some(),
-                _ => false,
-            };
-            idx_ok
-                && load_coef(p, e, v) == Some(1)
-                && p.dtype(match e {
-                    Expr::Load(s, _) | Expr::LoadFlat(s, _) => *s,
-                    _ => unreachable!(),
-                }) == DType::F32
-        }
-        Expr::Bin(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b) => {
-            vectorizable(p, a, v) && vectorizable(p, b, v)
-        }
-        Expr::Bin(BinOp::Max | BinOp::Min, a, b) => vectorizable(p, a, v) && vectorizable(p, b, v),
-        Expr::Un(UnOp::Neg | UnOp::Erf | UnOp::Exp, a) => vectorizable(p, a, v),
-        Expr::Acc => true,
-        _ => false,
-    }
-}
-
 /// Transposes the `w` vectors of `w` lanes in the C array `v` (of type `vt`) in registers:
 /// log2(w) butterfly stages, in each of which rows `i` and `i + b` exchange blocks of `b` lanes
 /// through two-vector shuffles. Row `l` then holds what was lane `l` of every row.
@@ -2351,13 +1705,6 @@ fn at_zero(x: &Expr, v: u32) -> Expr {
         Expr::Var(k) if *k == v => Some(Expr::i(0)),
         _ => None,
     })
-}
-
-/// True if `e` varies along the row (uses `Var(v)` or the accumulator).
-fn is_vector(e: &Expr, v: u32) -> bool {
-    let mut yes = false;
-    e.visit(&mut |x| yes |= *x == Expr::Var(v) || *x == Expr::Acc);
-    yes
 }
 
 /// The C expression of `e` over the vector of columns starting at `col` (a C expression).
@@ -2575,130 +1922,6 @@ fn transposed(t: &crate::ir::Tensor, rows: usize, cols: usize) -> crate::ir::Ten
     tt
 }
 
-/// Lanes a channel-vectorised stage's channels must be whole vectors of (every variant's).
-const CHANNEL_LANES: usize = 16;
-
-/// Rows shorter than this vectorise along the channels when they can ([`channel_axis`]).
-/// Measured on ResNet-18 (AVX-512, one thread): its 7x7 layers 11.0 -> 9.3 ms, its 14x14
-/// layers 10.5 -> 8.3 ms; longer rows (28x28 and up) were slower that way (they lose the
-/// im2col groups, and their weights fit L2 already).
-const MAX_CHANNEL_ROW: usize = 256;
-
-/// The channel dimension (the one before the row) of a contraction that vectorises along it
-/// rather than along its row: a short row ([`MAX_CHANNEL_ROW`]: whole vectors cover it poorly —
-/// 49 columns of a 7x7 image fill 49 of 64 lanes and take a second pass over the weights for
-/// the last column — and a tile of columns streams all of a large weight), channels that are
-/// whole vectors, one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
-/// and `x` the same for every channel, and an epilogue that vectorises along the channels too,
-/// or a reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
-/// to `w'[r, channel]` ([`channel_weights`]) and the register tile spans channels; the row is
-/// jammed.
-fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
-    let r = generated_f32_sum(st)?;
-    let shape = &st.ty.shape;
-    let rank = shape.len();
-    let (n, c) = (shape[rank - 1], rank - 2);
-    // A long row too when the input is not affine along it (a convolution reading its padded
-    // input directly, codegen/c/direct.rs): no plan vectorises along such a row.
-    let affine_row = |e: &Expr| {
-        let mut ok = true;
-        e.visit(&mut |x| {
-            if matches!(x, Expr::Load(..) | Expr::LoadFlat(..)) {
-                ok &= load_coef(p, x, rank as u32 - 1).is_some();
-            }
-        });
-        ok
-    };
-    if (n >= MAX_CHANNEL_ROW && affine_row(&st.body))
-        || shape[c] < 2 * CHANNEL_LANES
-        || !shape[c].is_multiple_of(CHANNEL_LANES)
-    {
-        return None;
-    }
-    let Expr::Bin(BinOp::Mul, a, b) = &st.body else {
-        return None;
-    };
-    let weight = |e: &Expr| {
-        channel_weight(p, e, c as u32, shape[c], &r.extents).is_some()
-            || matches!(e, Expr::Load(Src::Buf(w), idx)
-                if matches!(p.bufs[*w as usize].kind, BufKind::Const(_))
-                    && p.bufs[*w as usize].ty.rank() == 2
-                    && p.bufs[*w as usize].ty.shape[1] == shape[c]
-                    && idx[1] == Expr::Var(c as u32)
-                    && !has_var(&idx[0]))
-    };
-    let ok = (weight(a) && !uses_var(b, c as u32)) || (weight(b) && !uses_var(a, c as u32));
-    let k: usize = r.extents.iter().product();
-    let fin_ok = r
-        .finalize
-        .as_ref()
-        .is_none_or(|f| vectorizable(p, f, c as u32))
-        || k >= 512;
-    (ok && fin_ok).then_some(c)
-}
-
-/// The reduction of a generated f32 sum over one reduction variable with an output of rank 2
-/// or more (the contractions [`channel_axis`] and `direct::direct_convs` consider).
-fn generated_f32_sum(st: &Stage) -> Option<&crate::te::Reduce> {
-    let r = st.reduce.as_ref()?;
-    (r.op == RedOp::Sum
-        && st.exec == Exec::Generated
-        && st.ty.dtype == DType::F32
-        && st.ty.rank() >= 2
-        && r.extents.len() == 1)
-        .then_some(r)
-}
-
-/// When `e` reads an f32 constant as a `[channels, k]` matrix at `channel * k + r` (`r` over
-/// the reduction, in `[0, k)`): the constant and `r`.
-fn channel_weight(
-    p: &Program,
-    e: &Expr,
-    c: u32,
-    channels: usize,
-    extents: &[usize],
-) -> Option<(usize, Expr)> {
-    let (w, flat) = match e {
-        Expr::Load(Src::Buf(w), idx) => (*w, Expr::flatten(idx, &p.bufs[*w as usize].ty.shape)),
-        Expr::LoadFlat(Src::Buf(w), f) => (*w, f.as_ref().clone()),
-        _ => return None,
-    };
-    let wb = &p.bufs[w as usize];
-    if !matches!(wb.kind, BufKind::Const(_))
-        || wb.ty.dtype != DType::F32
-        || wb.packed
-        || !wb.ty.numel().is_multiple_of(channels)
-    {
-        return None;
-    }
-    let k = wb.ty.numel() / channels;
-    if k < 2 {
-        return None;
-    }
-    let (terms, offset) = crate::te::affine_terms(&flat);
-    let mut channel = false;
-    let mut hi = offset;
-    let mut r = Expr::i(offset);
-    for (t, coef) in terms {
-        match t {
-            Expr::Var(v) if v == c && coef == k as i64 && !channel => channel = true,
-            Expr::RVar(q) if coef > 0 && (q as usize) < extents.len() => {
-                hi += coef * (extents[q as usize] as i64 - 1);
-                r = r.add(t.mul(Expr::i(coef)));
-            }
-            _ => return None,
-        }
-    }
-    (channel && offset >= 0 && hi < k as i64).then_some((w as usize, r))
-}
-
-/// Whether `e` uses any output variable.
-fn has_var(e: &Expr) -> bool {
-    let mut yes = false;
-    e.visit(&mut |x| yes |= matches!(x, Expr::Var(_)));
-    yes
-}
-
 /// Transposes the weights of the stages that vectorise along their channels ([`channel_axis`]):
 /// `w[channel * k + r]` becomes `w'[r, channel]`, whose channels are contiguous. A weight any
 /// other stage (or another expression) reads stays as it is, and its readers vectorise along
@@ -2827,28 +2050,6 @@ fn close_reduction(out: &mut String, ri: &mut String, n: usize) {
     }
 }
 
-/// The factor `W` when `body` uses `Var(v)` only as `Var(v) / W` and `Var(v) % W` (the same `W`,
-/// dividing the extent `n`).
-fn split_factor(body: &Expr, v: u32, n: usize) -> Option<usize> {
-    let mut w: Option<i64> = None;
-    let mut ok = true;
-    let mut wrapped = 0usize;
-    body.visit(&mut |e| match e {
-        Expr::Bin(BinOp::Div | BinOp::FMod, a, b) if **a == Expr::Var(v) => match b.as_ref() {
-            Expr::Const(Scalar::I64(c)) if w.is_none_or(|x| x == *c) => {
-                w = Some(*c);
-                wrapped += 1;
-            }
-            _ => ok = false,
-        },
-        _ => {}
-    });
-    let mut uses = 0usize;
-    body.visit(&mut |e| uses += (*e == Expr::Var(v)) as usize);
-    let w = w? as usize;
-    (ok && uses == wrapped && w > 1 && w < n && n.is_multiple_of(w)).then_some(w)
-}
-
 /// `e` for jammed row `j`: `Var(k)` becomes `Var(k) + j` for the jammed dimension `k`.
 fn jam_expr(e: &Expr, rank: usize, jam: Option<(usize, usize)>, j: usize) -> Expr {
     let Some((jk, _)) = jam else { return e.clone() };
@@ -2887,5 +2088,15 @@ fn jammed_offset(
         "0".to_string()
     } else {
         terms.join(" + ")
+    }
+}
+
+/// A window bound as C, given the C text of its `num`: `ceil(num / s)` or `floor(num / s) + 1`.
+fn bound_c(b: &Bound, num: &str) -> String {
+    let s = b.s;
+    if b.ceil {
+        format!("cl_ceildiv_i64({num}, INT64_C({s}))")
+    } else {
+        format!("(cl_floordiv_i64({num}, INT64_C({s})) + 1)")
     }
 }

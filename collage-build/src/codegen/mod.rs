@@ -3,7 +3,6 @@
 pub mod c;
 pub mod library;
 pub mod rust;
-mod window;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +11,7 @@ use crate::error::{OpError, Result};
 use crate::ir::{Graph, Tensor, TensorType, ValueId};
 use crate::ops::LowerCx;
 use crate::schedule::{plan_arena, Interval};
+use crate::target::Target;
 use crate::te::{self, BufId, BufKind, Program, Src, Stage};
 pub use c::Place;
 
@@ -260,18 +260,42 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     (places, weights, plan.size)
 }
 
-/// The layout and grouping decisions on a fused program, the same for a whole model and for the
-/// candidates the placement search prices: weight packing ([`c::pack_weights`]) and groups
-/// ([`crate::schedule::plan_groups`]). Debugging knobs: `COLLAGE_NO_PACK` (neither),
-/// `COLLAGE_NO_GROUPS` (no groups).
-pub fn layout_and_group(p: &mut Program) {
-    if std::env::var_os("COLLAGE_NO_PACK").is_some() {
-        return;
+/// The layout, plan and grouping decisions on a fused program, the same for a whole model and
+/// for the candidates the placement search prices: weight packing ([`c::pack_weights`]), every
+/// stage's kernel plan for `target` ([`crate::schedule::plan_program`]) and groups
+/// ([`crate::schedule::plan_groups`], whose instances are whole tiles of the plans). Debugging
+/// knobs: `COLLAGE_NO_PACK` (no packing, no groups), `COLLAGE_NO_GROUPS` (no groups).
+pub fn layout_and_group(p: &mut Program, target: &Target) {
+    let layout = std::env::var_os("COLLAGE_NO_PACK").is_none();
+    if layout {
+        c::pack_weights(p);
     }
-    c::pack_weights(p);
-    if std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
-        p.groups = crate::schedule::plan_groups(p, &c::tile_widths);
+    plan(p, target);
+    if layout && std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
+        p.groups = crate::schedule::plan_groups(p, &crate::schedule::tile_widths);
     }
+}
+
+/// Chooses every stage's kernel plan for `target` and stores them on `p` (`Program::plans`):
+/// what the C emitter prints. A library call's in-place epilogue is planned from what its
+/// backend leaves of its finalize.
+pub fn plan(p: &mut Program, target: &Target) {
+    let windows = c::library_backends(p).into_iter().find_map(|id| {
+        id.lookup()
+            .ok()
+            .and_then(|b| b.window_calls(p, "").map(|w| w.epilogues(p)))
+    });
+    let rest = |p: &Program, b: u32| -> Option<te::Expr> {
+        let st = p.stage(b)?;
+        match &st.exec {
+            te::Exec::Library {
+                call: te::LibraryCall::Window(_),
+                ..
+            } => windows.as_ref().and_then(|w| w.get(&b).cloned().flatten()),
+            _ => st.gemm_epilogue(),
+        }
+    };
+    p.plans = crate::schedule::plan_program(p, target, &rest);
 }
 
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
@@ -301,7 +325,7 @@ pub fn compile_scheduled(
             }
         }
     }
-    layout_and_group(&mut p);
+    layout_and_group(&mut p, &Target::for_build());
     let (places, weights, arena_size) = place(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use super::{compile_passed, Options};
 use crate::backend;
-use crate::codegen;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
 use crate::te::{self, BufId, Program};
@@ -81,11 +80,9 @@ pub fn tune_candidates(
             let st = p.stage(*id).expect("a stage");
             let mut params = std::collections::BTreeMap::new();
             params.insert(
-                "schedule".to_string(),
+                "plan".to_string(),
                 match st.exec {
-                    te::Exec::Generated => {
-                        format!("{:?}", codegen::c::schedule_of(p, st, 16))
-                    }
+                    te::Exec::Generated => crate::tune::measure::plan_text(p, *id),
                     ref e => format!("{} call", e.backend()),
                 },
             );

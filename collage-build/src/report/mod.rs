@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::codegen::c::{schedule_of, Schedule};
 use crate::codegen::Compiled;
+use crate::te::{Isa, KernelPlan, PlanKind};
 use crate::tune::measure;
 use crate::tune::price::{kernel_estimate_us, kernel_key};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
@@ -26,8 +26,9 @@ pub struct KernelReport {
     pub name: String,
     /// The backend that computes it (`c`: generated loops; else a library call).
     pub backend: &'static str,
-    /// The loop schedule (of generated kernels).
-    pub schedule: Schedule,
+    /// The kernel plan for AVX-512's 16 lanes (of generated kernels and of library calls'
+    /// in-place epilogues): the one the C emitter printed.
+    pub plan: Option<KernelPlan>,
     /// Its knobs (generated reductions; for AVX-512's 16 lanes): the stage's own or the
     /// target's default.
     pub knobs: Option<crate::schedule::Schedule>,
@@ -54,22 +55,24 @@ pub fn kernels(
         .into_iter()
         .map(|id| {
             let st = p.stage(id).expect("a stage");
-            let schedule = schedule_of(p, st, 16);
+            let plan = p.plan(id, Isa::Avx512).cloned();
             let key = kernel_key(p, id, target);
             let measured = cache.and_then(|c| c.get(&key)).cloned();
             KernelReport {
                 id,
                 name: st.name.clone(),
                 backend: st.exec.backend(),
-                schedule,
                 knobs: (st.exec == crate::te::Exec::Generated && st.reduce.is_some()).then(|| {
                     // A channel-vectorised stage's tile spans its channels.
-                    let row = match schedule {
-                        Schedule::Channel => st.ty.shape[st.ty.rank() - 2],
+                    let row = match plan.as_ref().map(KernelPlan::kind) {
+                        Some(PlanKind::Channel) => st.ty.shape[st.ty.rank() - 2],
                         _ => st.ty.shape.last().copied().unwrap_or(1),
                     };
-                    crate::schedule::Schedule::of_row(st, row, 16)
+                    let target = crate::target::Target::for_build();
+                    let cpu = target.cpu().expect("a CPU target");
+                    crate::schedule::Schedule::of_row(st, row, 16, cpu)
                 }),
+                plan,
                 output: p.bufs[id as usize].ty.to_string(),
                 work: st.work(),
                 estimate_us: kernel_estimate_us(p, id),
@@ -369,8 +372,8 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
     writeln!(out, "model {model}: {} kernels", ks.len()).unwrap();
     writeln!(
         out,
-        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  knobs",
-        "id", "kernel (last node)", "schedule", "output", "work", "est. us", "measured us"
+        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  knobs; plan (AVX-512)",
+        "id", "kernel (last node)", "plan", "output", "work", "est. us", "measured us"
     )
     .unwrap();
     let (mut est, mut meas, mut missing) = (0.0, 0.0, 0);
@@ -388,11 +391,13 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
         est += k.estimate_us;
         writeln!(
             out,
-            "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}  {}",
+            "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}  {}; {}",
             format!("k{}", k.id),
             truncate(&k.name, 28),
             if k.backend == "c" {
-                format!("{:?}", k.schedule)
+                k.plan
+                    .as_ref()
+                    .map_or("-".to_string(), |p| format!("{:?}", p.kind()))
             } else {
                 format!("{} call", k.backend)
             },
@@ -400,7 +405,8 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
             k.work,
             k.estimate_us,
             m,
-            k.knobs.map_or("-".to_string(), |s| s.to_string())
+            k.knobs.map_or("-".to_string(), |s| s.to_string()),
+            k.plan.as_ref().map_or("-".to_string(), |p| p.to_string())
         )
         .unwrap();
     }

@@ -39,22 +39,16 @@ impl Schedule {
         }
     }
 
-    /// The schedule of `st` for `lanes` lanes: its own if set, else the default for the target
-    /// the build schedules for ([`Target::for_build`](crate::target::Target::for_build): a
-    /// named target, never the build machine).
-    pub fn of(st: &Stage, lanes: usize) -> Schedule {
-        Schedule::of_row(st, st.ty.shape.last().copied().unwrap_or(1), lanes)
+    /// The knobs of `st` for `lanes` lanes on `cpu`: its own if set, else the default.
+    pub fn of(st: &Stage, lanes: usize, cpu: &Cpu) -> Schedule {
+        Schedule::of_row(st, st.ty.shape.last().copied().unwrap_or(1), lanes, cpu)
     }
 
     /// [`Schedule::of`] for a stage vectorised along a dimension of `row` elements (its last,
     /// or its channels).
-    pub fn of_row(st: &Stage, row: usize, lanes: usize) -> Schedule {
-        if let Some(s) = st.schedule {
-            return s;
-        }
-        let target = crate::target::Target::for_build();
-        let cpu = target.cpu().expect("a CPU target");
-        Schedule::default_for(row, lanes, cpu)
+    pub fn of_row(st: &Stage, row: usize, lanes: usize, cpu: &Cpu) -> Schedule {
+        st.schedule
+            .unwrap_or_else(|| Schedule::default_for(row, lanes, cpu))
     }
 
     /// A point of the space drawn from `seed` (tests of the whole space): vecs 1..=4, rows

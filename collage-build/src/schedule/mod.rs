@@ -1,10 +1,13 @@
-//! Scheduling: the schedule of each generated stage (`kernel`: the knobs the code generator
-//! consumes), stages grouped into loops of instances (`group`, GraphTurbo), and memory planning
+//! Scheduling: the knobs of each generated stage (`kernel`), its kernel plan (`plan`: the one
+//! loop shape the code generator prints), stages grouped into loops of instances (`group`, GraphTurbo), and memory planning
 //! of the activation arena and where every buffer lives ([`Place`]).
+pub(crate) mod analysis;
 mod arena;
 pub mod group;
 pub mod kernel;
+pub mod plan;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, Interval, Place};
 pub use group::{plan_groups, GroupInfo};
 pub use kernel::Schedule;
+pub use plan::{plan_program, plan_stage, tile_widths};

@@ -366,6 +366,34 @@ pub struct Stage {
     pub schedule: Option<Schedule>,
 }
 
+impl Stage {
+    /// For a stage that a library call computes (stage `id` of its program): `fin`, what
+    /// remains of its finalize after the call (the fused consumers the call does not take), as
+    /// an in-place injective stage over the stage's own buffer. The stage iterates its own
+    /// shape; the buffer may have another (a fused view), so the element is addressed by its
+    /// flat position.
+    pub fn epilogue_stage(&self, id: u32, fin: &Expr) -> Stage {
+        let vars: Vec<Expr> = (0..self.ty.rank()).map(Expr::var).collect();
+        let this = Expr::load_flat(Src::Buf(id), Expr::flatten(&vars, &self.ty.shape));
+        Stage {
+            name: format!("{}_epilogue", self.name),
+            body: fin.rewrite(&mut |x| (*x == Expr::Acc).then(|| this.clone())),
+            reduce: None,
+            exec: Exec::Generated,
+            ..self.clone()
+        }
+    }
+
+    /// What remains of a GEMM library call's finalize, for [`Stage::epilogue_stage`]: all of
+    /// it but a bare accumulator.
+    pub fn gemm_epilogue(&self) -> Option<Expr> {
+        self.reduce
+            .as_ref()
+            .and_then(|r| r.finalize.clone())
+            .filter(|f| *f != Expr::Acc)
+    }
+}
+
 /// Knobs of a reduction stage's loop nest (injective stages have none yet): per-stage metadata
 /// here; the scheduling room (`schedule::kernel`) chooses them (`default_for`, `of`, `random`)
 /// and reads and writes their text form.

@@ -8,6 +8,7 @@ mod backend;
 mod expr;
 mod fuse;
 mod interp;
+mod plan;
 mod print;
 mod program;
 mod simplify;
@@ -20,6 +21,10 @@ pub use expr::{
 };
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
+pub use plan::{
+    Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, PlanKind,
+    PlanePlan, RowPlan, Window, WindowPlan,
+};
 pub use print::fnv64;
 pub use program::{BufId, BufKind, Buffer, Group, Program, PANEL};
 pub(crate) use simplify::affine_terms;

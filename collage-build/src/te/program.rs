@@ -1,7 +1,7 @@
 //! A whole model as buffers: run-time inputs, constants, and stages in topological order.
 use std::sync::Arc;
 
-use super::{Src, Stage};
+use super::{KernelPlan, Src, Stage};
 use crate::tensor::{DType, Tensor, TensorType};
 
 /// Index of a buffer in a [`Program`] (`Src::Buf`).
@@ -90,6 +90,10 @@ pub struct Program {
     /// Stages fused into groups that run one instance at a time (`schedule::group` plans them,
     /// the code generator emits each as one parallel loop).
     pub groups: Vec<Group>,
+    /// The kernel plan of every stage, by buffer, one per variant of [`super::Isa::ALL`] (empty
+    /// for buffers that are not stages, for library calls with nothing left to generate, and
+    /// before `schedule::plan::plan_program` has run). The code generator prints these.
+    pub plans: Vec<Vec<KernelPlan>>,
 }
 
 /// Two stages that run as one loop of instances (GraphTurbo §3–4): each instance is a range of
@@ -140,6 +144,11 @@ impl Program {
             Src::Buf(b) => self.bufs[b as usize].ty.dtype,
             other => panic!("unresolved source {other:?} in a program"),
         }
+    }
+
+    /// The plan of stage `b` for `isa`, once the program is planned.
+    pub fn plan(&self, b: BufId, isa: super::Isa) -> Option<&KernelPlan> {
+        self.plans.get(b as usize)?.get(isa.index())
     }
 
     /// The stage of a buffer, if it is computed.

@@ -21,12 +21,11 @@ use collage_runtime::{Aligned, Arena, Executor, RawRt};
 
 use super::price::kernel_key;
 use super::{CostCache, Entry, Key, TargetFingerprint};
-use crate::codegen::c::schedule_of;
 use crate::codegen::{self, Compiled};
 use crate::error::{io_err, Error, Result};
 use crate::ir::{Tensor, TensorType};
 use crate::schedule::Place;
-use crate::te::{BufId, BufKind, Buffer, Program, Src, Stage};
+use crate::te::{BufId, BufKind, Buffer, Isa, Program, Src, Stage};
 use crate::tensor::pseudo_random;
 use crate::toolchain::build_shared;
 
@@ -209,7 +208,26 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
     });
     k.outputs.push(k.bufs.len() as BufId - 1);
     k.output_names.push(own.name.clone());
+    // The kernel alone is planned as it was in its program: its stage and operands are the same.
+    codegen::plan(&mut k, &crate::target::Target::for_build());
+    debug_assert_eq!(
+        k.plans.last(),
+        p.plans.get(stage as usize),
+        "kernel k{stage} planned alone differs from its plan in the program"
+    );
     k
+}
+
+/// The text of the plan stage `id` of `p` runs with on this machine (the variant the generated
+/// code dispatches to here): what the cost cache records beside a measurement.
+pub fn plan_text(p: &Program, id: BufId) -> String {
+    let isa = match crate::target::Target::host().cpu().map(|c| c.isa) {
+        Some(crate::target::VectorIsa::Avx512) => Isa::Avx512,
+        Some(crate::target::VectorIsa::Avx2) => Isa::Avx2,
+        _ => Isa::Base,
+    };
+    p.plan(id, isa)
+        .map_or_else(|| "library call".to_string(), |pl| pl.to_string())
 }
 
 /// A 64-byte aligned, zeroed byte buffer of at least `bytes` bytes (at least one block).
@@ -730,10 +748,7 @@ pub fn tune_kernels(
     for (i, ((id, key), h)) in todo.into_iter().zip(harnesses.iter_mut()).enumerate() {
         let m = h.time(&exec, &budget);
         let mut params = BTreeMap::new();
-        params.insert(
-            "schedule".to_string(),
-            format!("{:?}", schedule_of(p, p.stage(id).unwrap(), 16)),
-        );
+        params.insert("plan".to_string(), plan_text(p, id));
         let entry =
             Entry::new(m.median_us, m.p90_us, m.samples, params).map_err(|e| Error::Model {
                 model: c.name.clone(),

@@ -9,10 +9,10 @@ use super::measure::{self, kernel_program};
 use super::{CostCache, Key, TargetFingerprint};
 use crate::backend::{Backend, BackendId};
 use crate::codegen;
-use crate::codegen::c::{schedule_of, Schedule};
 use crate::error::Result;
 use crate::ir::Graph;
 use crate::te::{self, fnv64, BinOp, BufId, BufKind, Expr, Program, Scalar, Stage};
+use crate::te::{Isa, PlanKind};
 
 /// The analytic penalty for a value crossing between two backends, in microseconds, used when
 /// the cache has no measured one: library calls run in the same arena and layout, so a crossing
@@ -96,12 +96,12 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
 /// The analytic estimate of kernel `id` of `p` ([`measure::stages`]): its stage's, and for a
 /// group's consumer its producer's too (the group's kernel runs both).
 pub fn kernel_estimate_us(p: &Program, id: u32) -> f64 {
-    let own = estimate_us(p, p.stage(id).expect("a stage"));
+    let own = estimate_us(p, id);
     own + p
         .groups
         .iter()
         .filter(|g| g.consumer == id)
-        .map(|g| estimate_us(p, p.stage(g.producer).expect("a stage")))
+        .map(|g| estimate_us(p, g.producer))
         .sum::<f64>()
 }
 
@@ -114,14 +114,15 @@ pub fn kernel_estimate_us(p: &Program, id: u32) -> f64 {
 /// libraries 43k-46k multiply-adds; depthwise planes 13k (8k-18k on MobileNetV2's 3x3 layers,
 /// strided ones the slowest); channel-vectorised contractions 52k (ResNet-18's and
 /// MobileNetV2's short rows, both 52k). Elementwise stages are estimated by [`elementwise_rate`].
-fn rate(s: Schedule) -> f64 {
+fn rate(s: PlanKind) -> f64 {
     match s {
-        Schedule::RegisterBlocked => 46_000.0,
-        Schedule::Channel => 52_000.0,
-        Schedule::Row => 2_000.0,
-        Schedule::Plain => 1_500.0,
-        Schedule::Plane => 13_000.0,
-        Schedule::Elementwise => 1_300.0,
+        PlanKind::RegisterBlocked => 46_000.0,
+        PlanKind::Channel => 52_000.0,
+        PlanKind::Row => 2_000.0,
+        // Padded windows were calibrated with the plain reductions (one rate for both).
+        PlanKind::Plain | PlanKind::Window => 1_500.0,
+        PlanKind::Plane => 13_000.0,
+        PlanKind::Elementwise => 1_300.0,
     }
 }
 
@@ -156,12 +157,18 @@ fn elementwise_rate(st: &Stage) -> f64 {
     }
 }
 
-/// The analytic single-thread estimate of stage `st` of `p`, microseconds.
-pub fn estimate_us(p: &Program, st: &Stage) -> f64 {
+/// The analytic single-thread estimate of stage `id` of `p` (a planned program), microseconds:
+/// its work at the rate of its AVX-512 plan's kind.
+pub fn estimate_us(p: &Program, id: u32) -> f64 {
+    let st = p.stage(id).expect("a stage");
     match st.exec {
         crate::te::Exec::Generated => {
-            let rate = match schedule_of(p, st, 16) {
-                Schedule::Elementwise => elementwise_rate(st),
+            let kind = p
+                .plan(id, Isa::Avx512)
+                .unwrap_or_else(|| panic!("stage {} is not planned", st.name))
+                .kind();
+            let rate = match kind {
+                PlanKind::Elementwise => elementwise_rate(st),
                 s => rate(s),
             };
             st.work() as f64 / rate + 0.05
@@ -315,12 +322,14 @@ impl<'a> Pricer<'a> {
         if library && !any_library {
             return None;
         }
+        let target = crate::target::Target::for_build();
         if p.outputs.is_empty() {
             // Nothing to compute (a node that forwards its input): no kernel, no cost.
+            codegen::plan(&mut p, &target);
             return Some(p);
         }
         te::fuse(&mut p);
-        codegen::layout_and_group(&mut p);
+        codegen::layout_and_group(&mut p, &target);
         Some(p)
     }
 

@@ -479,6 +479,11 @@ impl super::super::WindowCalls for Primitives<'_> {
         call.epilogue.clone()
     }
 
+    fn epilogue(&self, id: u32) -> Option<Expr> {
+        let site = self.sites.binary_search(&id).expect("a primitive site");
+        self.calls[site].epilogue.clone()
+    }
+
     fn emit_entry(&self, out: &mut String) {
         emit_shared_entry(out, self.symbol, self.sites.len());
     }

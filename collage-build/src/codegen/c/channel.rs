@@ -16,117 +16,13 @@
 use std::fmt::Write;
 
 use super::{
-    channel_axis, jam_expr, jammed_offset, load_coef, transpose_in_registers, vector_expr,
-    vector_expr_acc, vectorizable, Emitter,
+    jam_expr, jammed_offset, transpose_in_registers, vector_expr, vector_expr_acc, vectorizable,
+    Emitter,
 };
 use crate::ir::strides;
-use crate::te::{Expr, Program, Stage};
-
-/// The most accumulator vectors of a register tile with 32 vector registers (AVX-512), and with
-/// 16 (AVX2, SSE): the rest hold the weight vectors and a broadcast.
-const ACCS_32: usize = 24;
-const ACCS_16: usize = 12;
-
-/// Reduction block (rows of `w'`) without a schedule: with a tile of 64 channels, 64 KiB of
-/// weights per block.
-const KC: usize = 256;
-
-/// Tasks a stage is split into at least (when it has that many column blocks): the
-/// parallelism of a few cores.
-const MIN_TASKS: usize = 16;
-
-/// The plan of a channel-vectorised contraction (see the module documentation).
-#[derive(Clone, Debug)]
-pub(super) struct ChannelPlan {
-    /// The channel dimension (vectorised) and the row dimension (jammed).
-    c: usize,
-    row: usize,
-    lanes: usize,
-    vecs: usize,
-    /// Columns per register tile.
-    rows: usize,
-    /// Reduction block.
-    kc: usize,
-    /// Columns per task (a multiple of `rows`, but for the last group).
-    group: usize,
-    /// Tiles of channels, column groups, and the other (outer) dimensions' extent.
-    n_tiles: usize,
-    n_groups: usize,
-    /// Tasks: every other dimension, the channel tiles, the column groups.
-    pub(super) n_outer: usize,
-}
+use crate::te::{ChannelPlan, Stage};
 
 impl ChannelPlan {
-    pub(super) fn new(p: &Program, st: &Stage, lanes: usize) -> Option<ChannelPlan> {
-        // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
-        // weight transposed (its channels contiguous).
-        let c = channel_axis(p, st)?;
-        let r = st.reduce.as_ref()?;
-        let shape = &st.ty.shape;
-        let mut unit = false;
-        st.body.visit(&mut |e| {
-            unit |= matches!(e, Expr::Load(..)) && load_coef(p, e, c as u32) == Some(1)
-        });
-        if !unit || !vectorizable(p, &st.body, c as u32) {
-            return None;
-        }
-        let row = shape.len() - 1;
-        let sched = crate::schedule::Schedule::of_row(st, shape[c], lanes);
-        let vecs = (1..=(sched.vecs as usize).clamp(1, 4))
-            .rev()
-            .find(|k| shape[c].is_multiple_of(k * lanes))?;
-        let budget = if lanes >= 16 { ACCS_32 } else { ACCS_16 };
-        let rows = match st.schedule {
-            Some(s) => s.rows as usize,
-            None => budget / vecs,
-        }
-        .clamp(1, shape[row]);
-        let tile = vecs * lanes;
-        let k = r.extents[0];
-        let kc = match st.schedule {
-            Some(s) => (s.acc_bytes as usize / (tile * 4)).clamp(16, 1024),
-            None => KC,
-        }
-        .min(k);
-        let n_tiles = shape[c] / tile;
-        let others: usize = (0..shape.len())
-            .filter(|&d| d != c && d != row)
-            .map(|d| shape[d])
-            .product();
-        let blocks = shape[row].div_ceil(rows);
-        let want = MIN_TASKS.div_ceil(n_tiles * others).clamp(1, blocks);
-        let group = blocks.div_ceil(want) * rows;
-        let n_groups = shape[row].div_ceil(group);
-        Some(ChannelPlan {
-            c,
-            row,
-            lanes,
-            vecs,
-            rows,
-            kc,
-            group,
-            n_tiles,
-            n_groups,
-            n_outer: others * n_tiles * n_groups,
-        })
-    }
-
-    /// The schedule's text (the filetests' form).
-    pub(super) fn text(&self) -> String {
-        format!(
-            "channel-vectorised vector i{} lanes {}x{} jam i{}x{} kc {} tasks {}x{} columns {}",
-            self.c,
-            self.vecs,
-            self.lanes,
-            self.row,
-            self.rows,
-            self.kc,
-            self.n_tiles,
-            self.n_groups,
-            self.group
-        )
-    }
-
     pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");

@@ -4,33 +4,8 @@
 //! loops outside and `v` inside over a row of accumulators: for each window point the valid `v`
 //! form one interval, so the inner loop has no guard and walks the input with a constant stride
 //! (vectorisable), and each element still combines its window points in the same order.
-use super::c::conjuncts;
-use crate::te::{BinOp, Expr, Scalar};
-
-/// A range check `s * v + rest OP bound`, as `v >= lo` (lower) or `v < hi` (upper) with
-/// `lo`/`hi` = ceil or floor of `(bound - rest) / s` (see [`Bound::c_expr`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Bound {
-    /// A lower bound (`v >=`), else an exclusive upper bound (`v <`).
-    pub lower: bool,
-    /// `bound - rest`.
-    pub num: Expr,
-    /// The positive coefficient `s`.
-    pub s: i64,
-    /// Round the quotient up (else down and add one).
-    pub ceil: bool,
-}
-
-/// The guard of a padded window split for `v`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Window {
-    /// Range checks on `v`.
-    pub bounds: Vec<Bound>,
-    /// Conjuncts without `v`.
-    pub invariant: Vec<Expr>,
-    /// The body without its guard.
-    pub value: Expr,
-}
+use crate::schedule::analysis::conjuncts;
+use crate::te::{BinOp, Bound, Expr, Scalar, Window};
 
 fn mentions(e: &Expr, v: u32) -> bool {
     match e {
@@ -129,18 +104,6 @@ pub fn split(body: &Expr, init: Scalar, v: u32) -> Option<Window> {
         });
     }
     (!w.bounds.is_empty()).then_some(w)
-}
-
-impl Bound {
-    /// The bound as C, given the C text of `num`: `ceil(num / s)` or `floor(num / s) + 1`.
-    pub fn c_expr(&self, num: &str) -> String {
-        let s = self.s;
-        if self.ceil {
-            format!("cl_ceildiv_i64({num}, INT64_C({s}))")
-        } else {
-            format!("(cl_floordiv_i64({num}, INT64_C({s})) + 1)")
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,278 @@
+//! What the planners and the code generator read of a stage's expressions: affine coefficients
+//! of loads, which dimension a load walks contiguously, whether an expression vectorises along
+//! a dimension, a guard's conjuncts, the channel axis of a contraction.
+use crate::ir::{strides, DType};
+use crate::te::{BinOp, BufKind, Exec, Expr, Program, RedOp, Scalar, Src, Stage, UnOp};
+
+/// The coefficient of `Var(v)` in an index expression if it is affine in `Var(v)`.
+pub(crate) fn coef(e: &Expr, v: u32) -> Option<i64> {
+    match e {
+        Expr::Var(k) => Some((*k == v) as i64),
+        Expr::RVar(_) | Expr::Const(_) => Some(0),
+        Expr::Bin(BinOp::Add, a, b) => Some(coef(a, v)? + coef(b, v)?),
+        Expr::Bin(BinOp::Sub, a, b) => Some(coef(a, v)? - coef(b, v)?),
+        Expr::Bin(BinOp::Mul, a, b) => match (a.as_ref(), b.as_ref()) {
+            (x, Expr::Const(c)) | (Expr::Const(c), x) if c.dtype() == DType::I64 => {
+                Some(coef(x, v)? * c.as_i64())
+            }
+            _ => {
+                let (ca, cb) = (coef(a, v)?, coef(b, v)?);
+                (ca == 0 && cb == 0).then_some(0)
+            }
+        },
+        other => {
+            let mut uses = false;
+            other.visit(&mut |x| uses |= *x == Expr::Var(v));
+            (!uses).then_some(0)
+        }
+    }
+}
+
+/// True if some load in `body` walks its source with stride 1 along output dimension `v`: then
+/// the reduction is emitted with `v` innermost (vectorisable) and a row of accumulators.
+pub(crate) fn contiguous_along(p: &Program, body: &Expr, v: u32) -> bool {
+    let mut found = false;
+    body.visit(&mut |e| found |= load_coef(p, e, v) == Some(1));
+    found
+}
+
+/// `body` with `i{k} / w` and `i{k} % w` replaced by the split loop variables `i{rank}` and
+/// `i{rank + 1}` (`rank` = `k + 1`, the innermost dimension split in two loops).
+pub(crate) fn split_body(body: &Expr, k: usize, w: usize) -> Expr {
+    let (hi, lo) = (k as u32 + 1, k as u32 + 2);
+    body.rewrite(&mut |e| match e {
+        Expr::Bin(BinOp::Div, a, b) if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) => {
+            Some(Expr::Var(hi))
+        }
+        Expr::Bin(BinOp::FMod, a, b) if **a == Expr::Var(k as u32) && **b == Expr::i(w as i64) => {
+            Some(Expr::Var(lo))
+        }
+        _ => None,
+    })
+}
+
+/// True if some load in `body` walks its source with stride 1 along reduction variable `r`.
+pub(crate) fn contiguous_along_r(p: &Program, body: &Expr, r: u32) -> bool {
+    // Rename RVar(r) to a fresh Var and reuse the output-dimension analysis.
+    const FRESH: u32 = u32::MAX - 1;
+    let renamed = body.rewrite(&mut |e| match e {
+        Expr::RVar(k) if *k == r => Some(Expr::Var(FRESH)),
+        _ => None,
+    });
+    contiguous_along(p, &renamed, FRESH)
+}
+
+pub(crate) fn uses_var(e: &Expr, v: u32) -> bool {
+    let mut uses = false;
+    e.visit(&mut |x| uses |= *x == Expr::Var(v));
+    uses
+}
+
+/// The conjuncts of a guard (`a && b && ...`, through bool casts).
+pub(crate) fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
+    match c {
+        Expr::Bin(BinOp::And, a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        Expr::Cast(DType::Bool, a) => conjuncts(a, out),
+        other => out.push(other.clone()),
+    }
+}
+
+/// The stride of a load along output dimension `v`, if affine.
+pub(crate) fn load_coef(p: &Program, e: &Expr, v: u32) -> Option<i64> {
+    match e {
+        Expr::Load(Src::Buf(b), idx) => {
+            let st = strides(&p.bufs[*b as usize].ty.shape);
+            idx.iter()
+                .zip(&st)
+                .try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
+        }
+        Expr::LoadFlat(_, f) => coef(f, v),
+        _ => None,
+    }
+}
+
+/// True if `e` can be evaluated on a vector of consecutive `Var(v)`: every use of `v` is inside a
+/// stride-1 load, combined only by + - * / and negation.
+pub(crate) fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
+    if !is_vector(e, v) {
+        return true;
+    }
+    match e {
+        Expr::Load(..) | Expr::LoadFlat(..) => {
+            let idx_ok = match e {
+                Expr::Load(_, idx) => idx.iter().all(|i| coef(i, v).is_some()),
+                Expr::LoadFlat(_, f) => coef(f, v).is_some(),
+                _ => false,
+            };
+            idx_ok
+                && load_coef(p, e, v) == Some(1)
+                && p.dtype(match e {
+                    Expr::Load(s, _) | Expr::LoadFlat(s, _) => *s,
+                    _ => unreachable!(),
+                }) == DType::F32
+        }
+        Expr::Bin(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b) => {
+            vectorizable(p, a, v) && vectorizable(p, b, v)
+        }
+        Expr::Bin(BinOp::Max | BinOp::Min, a, b) => vectorizable(p, a, v) && vectorizable(p, b, v),
+        Expr::Un(UnOp::Neg | UnOp::Erf | UnOp::Exp, a) => vectorizable(p, a, v),
+        Expr::Acc => true,
+        _ => false,
+    }
+}
+
+/// True if `e` varies along the row (uses `Var(v)` or the accumulator).
+pub(crate) fn is_vector(e: &Expr, v: u32) -> bool {
+    let mut yes = false;
+    e.visit(&mut |x| yes |= *x == Expr::Var(v) || *x == Expr::Acc);
+    yes
+}
+
+/// Lanes a channel-vectorised stage's channels must be whole vectors of (every variant's).
+pub(crate) const CHANNEL_LANES: usize = 16;
+
+/// Rows shorter than this vectorise along the channels when they can ([`channel_axis`]).
+/// Measured on ResNet-18 (AVX-512, one thread): its 7x7 layers 11.0 -> 9.3 ms, its 14x14
+/// layers 10.5 -> 8.3 ms; longer rows (28x28 and up) were slower that way (they lose the
+/// im2col groups, and their weights fit L2 already).
+pub(crate) const MAX_CHANNEL_ROW: usize = 256;
+
+/// The channel dimension (the one before the row) of a contraction that vectorises along it
+/// rather than along its row: a short row ([`MAX_CHANNEL_ROW`]: whole vectors cover it poorly —
+/// 49 columns of a 7x7 image fill 49 of 64 lanes and take a second pass over the weights for
+/// the last column — and a tile of columns streams all of a large weight), channels that are
+/// whole vectors, one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
+/// and `x` the same for every channel, and an epilogue that vectorises along the channels too,
+/// or a reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
+/// to `w'[r, channel]` ([`channel_weights`]) and the register tile spans channels; the row is
+/// jammed.
+pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
+    let r = generated_f32_sum(st)?;
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let (n, c) = (shape[rank - 1], rank - 2);
+    // A long row too when the input is not affine along it (a convolution reading its padded
+    // input directly, codegen/c/direct.rs): no plan vectorises along such a row.
+    let affine_row = |e: &Expr| {
+        let mut ok = true;
+        e.visit(&mut |x| {
+            if matches!(x, Expr::Load(..) | Expr::LoadFlat(..)) {
+                ok &= load_coef(p, x, rank as u32 - 1).is_some();
+            }
+        });
+        ok
+    };
+    if (n >= MAX_CHANNEL_ROW && affine_row(&st.body))
+        || shape[c] < 2 * CHANNEL_LANES
+        || !shape[c].is_multiple_of(CHANNEL_LANES)
+    {
+        return None;
+    }
+    let Expr::Bin(BinOp::Mul, a, b) = &st.body else {
+        return None;
+    };
+    let weight = |e: &Expr| {
+        channel_weight(p, e, c as u32, shape[c], &r.extents).is_some()
+            || matches!(e, Expr::Load(Src::Buf(w), idx)
+                if matches!(p.bufs[*w as usize].kind, BufKind::Const(_))
+                    && p.bufs[*w as usize].ty.rank() == 2
+                    && p.bufs[*w as usize].ty.shape[1] == shape[c]
+                    && idx[1] == Expr::Var(c as u32)
+                    && !has_var(&idx[0]))
+    };
+    let ok = (weight(a) && !uses_var(b, c as u32)) || (weight(b) && !uses_var(a, c as u32));
+    let k: usize = r.extents.iter().product();
+    let fin_ok = r
+        .finalize
+        .as_ref()
+        .is_none_or(|f| vectorizable(p, f, c as u32))
+        || k >= 512;
+    (ok && fin_ok).then_some(c)
+}
+
+/// The reduction of a generated f32 sum over one reduction variable with an output of rank 2
+/// or more (the contractions [`channel_axis`] and `direct::direct_convs` consider).
+pub(crate) fn generated_f32_sum(st: &Stage) -> Option<&crate::te::Reduce> {
+    let r = st.reduce.as_ref()?;
+    (r.op == RedOp::Sum
+        && st.exec == Exec::Generated
+        && st.ty.dtype == DType::F32
+        && st.ty.rank() >= 2
+        && r.extents.len() == 1)
+        .then_some(r)
+}
+
+/// When `e` reads an f32 constant as a `[channels, k]` matrix at `channel * k + r` (`r` over
+/// the reduction, in `[0, k)`): the constant and `r`.
+pub(crate) fn channel_weight(
+    p: &Program,
+    e: &Expr,
+    c: u32,
+    channels: usize,
+    extents: &[usize],
+) -> Option<(usize, Expr)> {
+    let (w, flat) = match e {
+        Expr::Load(Src::Buf(w), idx) => (*w, Expr::flatten(idx, &p.bufs[*w as usize].ty.shape)),
+        Expr::LoadFlat(Src::Buf(w), f) => (*w, f.as_ref().clone()),
+        _ => return None,
+    };
+    let wb = &p.bufs[w as usize];
+    if !matches!(wb.kind, BufKind::Const(_))
+        || wb.ty.dtype != DType::F32
+        || wb.packed
+        || !wb.ty.numel().is_multiple_of(channels)
+    {
+        return None;
+    }
+    let k = wb.ty.numel() / channels;
+    if k < 2 {
+        return None;
+    }
+    let (terms, offset) = crate::te::affine_terms(&flat);
+    let mut channel = false;
+    let mut hi = offset;
+    let mut r = Expr::i(offset);
+    for (t, coef) in terms {
+        match t {
+            Expr::Var(v) if v == c && coef == k as i64 && !channel => channel = true,
+            Expr::RVar(q) if coef > 0 && (q as usize) < extents.len() => {
+                hi += coef * (extents[q as usize] as i64 - 1);
+                r = r.add(t.mul(Expr::i(coef)));
+            }
+            _ => return None,
+        }
+    }
+    (channel && offset >= 0 && hi < k as i64).then_some((w as usize, r))
+}
+
+/// Whether `e` uses any output variable.
+pub(crate) fn has_var(e: &Expr) -> bool {
+    let mut yes = false;
+    e.visit(&mut |x| yes |= matches!(x, Expr::Var(_)));
+    yes
+}
+
+/// The factor `W` when `body` uses `Var(v)` only as `Var(v) / W` and `Var(v) % W` (the same `W`,
+/// dividing the extent `n`).
+pub(crate) fn split_factor(body: &Expr, v: u32, n: usize) -> Option<usize> {
+    let mut w: Option<i64> = None;
+    let mut ok = true;
+    let mut wrapped = 0usize;
+    body.visit(&mut |e| match e {
+        Expr::Bin(BinOp::Div | BinOp::FMod, a, b) if **a == Expr::Var(v) => match b.as_ref() {
+            Expr::Const(Scalar::I64(c)) if w.is_none_or(|x| x == *c) => {
+                w = Some(*c);
+                wrapped += 1;
+            }
+            _ => ok = false,
+        },
+        _ => {}
+    });
+    let mut uses = 0usize;
+    body.visit(&mut |e| uses += (*e == Expr::Var(v)) as usize);
+    let w = w? as usize;
+    (ok && uses == wrapped && w > 1 && w < n && n.is_multiple_of(w)).then_some(w)
+}

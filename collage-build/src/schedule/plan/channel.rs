@@ -1,0 +1,80 @@
+//! The channel-vectorised plan (`te::ChannelPlan`): contractions over short rows vectorised along
+//! their output channels; `codegen/c/channel.rs` prints it.
+use crate::schedule::analysis::{channel_axis, load_coef, vectorizable};
+use crate::schedule::Schedule;
+use crate::target::Cpu;
+use crate::te::{ChannelPlan, Expr, Program, Stage};
+
+/// The most accumulator vectors of a register tile with 32 vector registers (AVX-512), and with
+/// 16 (AVX2, SSE): the rest hold the weight vectors and a broadcast.
+const ACCS_32: usize = 24;
+const ACCS_16: usize = 12;
+
+/// Reduction block (rows of `w'`) without a schedule: with a tile of 64 channels, 64 KiB of
+/// weights per block.
+const KC: usize = 256;
+
+/// Tasks a stage is split into at least (when it has that many column blocks): the
+/// parallelism of a few cores.
+const MIN_TASKS: usize = 16;
+
+/// The channel-vectorised plan of `st` for `lanes` f32 lanes, if it contracts along a channel
+/// axis ([`channel_axis`]).
+pub(crate) fn channel_plan(
+    p: &Program,
+    st: &Stage,
+    lanes: usize,
+    cpu: &Cpu,
+) -> Option<ChannelPlan> {
+    // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
+    // weight transposed (its channels contiguous).
+    let c = channel_axis(p, st)?;
+    let r = st.reduce.as_ref()?;
+    let shape = &st.ty.shape;
+    let mut unit = false;
+    st.body.visit(&mut |e| {
+        unit |= matches!(e, Expr::Load(..)) && load_coef(p, e, c as u32) == Some(1)
+    });
+    if !unit || !vectorizable(p, &st.body, c as u32) {
+        return None;
+    }
+    let row = shape.len() - 1;
+    let sched = Schedule::of_row(st, shape[c], lanes, cpu);
+    let vecs = (1..=(sched.vecs as usize).clamp(1, 4))
+        .rev()
+        .find(|k| shape[c].is_multiple_of(k * lanes))?;
+    let budget = if lanes >= 16 { ACCS_32 } else { ACCS_16 };
+    let rows = match st.schedule {
+        Some(s) => s.rows as usize,
+        None => budget / vecs,
+    }
+    .clamp(1, shape[row]);
+    let tile = vecs * lanes;
+    let k = r.extents[0];
+    let kc = match st.schedule {
+        Some(s) => (s.acc_bytes as usize / (tile * 4)).clamp(16, 1024),
+        None => KC,
+    }
+    .min(k);
+    let n_tiles = shape[c] / tile;
+    let others: usize = (0..shape.len())
+        .filter(|&d| d != c && d != row)
+        .map(|d| shape[d])
+        .product();
+    let blocks = shape[row].div_ceil(rows);
+    let want = MIN_TASKS.div_ceil(n_tiles * others).clamp(1, blocks);
+    let group = blocks.div_ceil(want) * rows;
+    let n_groups = shape[row].div_ceil(group);
+    Some(ChannelPlan {
+        c,
+        row,
+        lanes,
+        vecs,
+        rows,
+        kc,
+        group,
+        n_tiles,
+        n_groups,
+        n_outer: others * n_tiles * n_groups,
+    })
+}

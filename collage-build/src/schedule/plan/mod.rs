@@ -1,0 +1,445 @@
+//! Kernel plans: the one place that decides a generated stage's loop shape. [`plan_stage`]
+//! chooses a [`KernelPlan`] for a stage, an instruction-set variant and a CPU, legalising the
+//! stage's knobs (`Stage::schedule`, else the target's defaults) to what fits it;
+//! [`plan_program`] does so for every stage of a program, once, and the program keeps the
+//! result (`Program::plans`). The C emitter prints those plans and decides nothing itself;
+//! groups, the pricer, `explain` and the goldens read them too.
+//!
+//! The order of preference: a depthwise window over image planes ([`plane`]), a contraction
+//! vectorised along its channels ([`channel`]), a register-blocked contraction, a row
+//! reduction; else a loop nest over the output — for a reduction a padded window ([`window`])
+//! or the plain one, for an injective stage with its last dimension split or its guard turned
+//! into ranges.
+mod channel;
+mod plane;
+mod window;
+
+use std::borrow::Cow;
+
+use crate::ir::{strides, DType};
+use crate::schedule::analysis::{
+    coef, conjuncts, contiguous_along, contiguous_along_r, load_coef, split_body, split_factor,
+    uses_var, vectorizable,
+};
+use crate::schedule::Schedule;
+use crate::target::{Cpu, Target};
+use crate::te::{
+    BinOp, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, Program, RedOp,
+    RowPlan, Scalar, Src, Stage, UnOp, WindowPlan,
+};
+pub(crate) use plane::MAX_LANES;
+
+/// Bytes of a cache line: the step of the prefetches.
+pub(crate) const CACHE_LINE: usize = 64;
+
+/// The plan of stage `st` of `p` for the variant `isa` on `cpu` (see the module
+/// documentation for the order in which the kinds are tried).
+pub fn plan_stage(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> KernelPlan {
+    let lanes = isa.lanes();
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    if let Some(r) = &st.reduce {
+        if let Some(pp) = plane::plane_plan(p, st) {
+            return KernelPlan::Plane(pp);
+        }
+        if let Some(cp) = channel::channel_plan(p, st, lanes, cpu) {
+            return KernelPlan::Channel(cp);
+        }
+        if rank >= 1 && shape[rank - 1] >= 4 && contiguous_along(p, &st.body, rank as u32 - 1) {
+            if let Some(g) = gemm_plan(p, st, lanes, cpu) {
+                return KernelPlan::Gemm(g);
+            }
+            if shape[rank - 1] <= MAX_ACC_ROW {
+                return KernelPlan::Row(row_plan(p, st, lanes, cpu));
+            }
+        }
+        let outer = outer_dims(shape);
+        let n_outer = shape[..outer].iter().product();
+        // A padded window (pooling): window loops outside, the row of outputs inside.
+        if rank > outer && (8..=4096).contains(&shape[rank - 1]) {
+            if let Some(window) = window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1) {
+                return KernelPlan::Window(WindowPlan {
+                    outer,
+                    n_outer,
+                    window,
+                });
+            }
+        }
+        // Vectorised only over a long enough innermost reduction: a pooling window's three
+        // columns cost more as a vector (setup, horizontal reduction) than as scalars.
+        let last_r = r.extents.len().saturating_sub(1);
+        let simd = matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
+            && st.ty.dtype.is_float()
+            && r.extents.last().is_some_and(|&e| e >= MIN_SIMD_REDUCTION)
+            && contiguous_along_r(p, &st.body, last_r as u32);
+        return KernelPlan::Plain(PlainPlan {
+            outer,
+            n_outer,
+            simd,
+        });
+    }
+    let outer = injective_outer_dims(shape);
+    let n_outer = shape[..outer].iter().product();
+    // The innermost index read only as `i / W` and `i % W` (an im2col over a flattened image):
+    // two loops, so no division is left per element.
+    let split = if rank > outer {
+        split_factor(&st.body, rank as u32 - 1, shape[rank - 1])
+    } else {
+        None
+    };
+    // A body `guard ? value : 0` with the guard affine in the innermost loop variable
+    // (padding): that loop runs as three ranges (zeros, values, zeros).
+    let guard = if rank > outer {
+        let (v, body) = match split {
+            Some(w) => (rank as u32 + 1, split_body(&st.body, rank - 1, w)),
+            None => (rank as u32 - 1, st.body.clone()),
+        };
+        let zero = Scalar::from_f64(st.ty.dtype, 0.0);
+        window::split(&body, zero, v).filter(|g| {
+            // With the split, the flattened index must not appear in the guard (it is
+            // defined inside the loop).
+            split.is_none()
+                || g.bounds
+                    .iter()
+                    .map(|b| &b.num)
+                    .chain(&g.invariant)
+                    .all(|e| !uses_var(e, rank as u32 - 1))
+        })
+    } else {
+        None
+    };
+    KernelPlan::Injective(InjectivePlan {
+        outer,
+        n_outer,
+        split,
+        guard,
+    })
+}
+
+/// The stage a plan is chosen for at buffer `b`: a generated stage itself; for a library call,
+/// the in-place epilogue the generated code runs after it, if any (`rest`: what of a library
+/// call's finalize the call leaves, which its backend knows).
+pub fn planned_stage<'p>(p: &'p Program, b: u32, rest: &Rest<'_>) -> Option<Cow<'p, Stage>> {
+    let st = p.stage(b)?;
+    match &st.exec {
+        Exec::Generated => Some(Cow::Borrowed(st)),
+        Exec::Library { .. } => rest(p, b).map(|f| Cow::Owned(st.epilogue_stage(b, &f))),
+    }
+}
+
+/// What of library stage `b`'s finalize its call leaves to run in place after it.
+pub type Rest<'a> = dyn Fn(&Program, u32) -> Option<Expr> + 'a;
+
+/// The plans of every stage of `p` for `target`, indexed by buffer, each with one plan per
+/// variant of [`Isa::ALL`] (none for buffers that are not stages, or that a library call
+/// computes whole: `rest` says what of a library call's finalize is left).
+pub fn plan_program(p: &Program, target: &Target, rest: &Rest<'_>) -> Vec<Vec<KernelPlan>> {
+    let fallback;
+    let cpu = match target.cpu() {
+        Some(c) => c,
+        None => {
+            fallback = Target::default_for(std::env::consts::ARCH);
+            fallback.cpu().expect("a CPU default")
+        }
+    };
+    (0..p.bufs.len() as u32)
+        .map(|b| match planned_stage(p, b, rest) {
+            Some(st) => Isa::ALL
+                .iter()
+                .map(|&isa| plan_stage(p, &st, isa, cpu))
+                .collect(),
+            None => Vec::new(),
+        })
+        .collect()
+}
+
+/// The widths in columns of the register tile of stage `b` in every variant, if it is
+/// register-blocked in all of them (groups make their instances whole tiles).
+pub fn tile_widths(p: &Program, b: u32) -> Option<Vec<usize>> {
+    let plans = p.plans.get(b as usize)?;
+    if plans.is_empty() {
+        return None;
+    }
+    plans.iter().map(KernelPlan::tile_width).collect()
+}
+
+/// Largest row of accumulators kept on the stack by the row-reduction schedule.
+pub(crate) const MAX_ACC_ROW: usize = 4096;
+
+/// How many leading output dimensions form the flattened outer (parallel) loop.
+pub(crate) fn outer_dims(shape: &[usize]) -> usize {
+    let mut prod = 1;
+    for (k, &d) in shape.iter().enumerate() {
+        prod *= d;
+        if prod >= 64 {
+            return k + 1;
+        }
+    }
+    shape.len()
+}
+
+/// [`outer_dims`] for an injective stage: a last dimension of 16 or more stays an inner loop
+/// (contiguous, vectorisable, no division per element), unless it is the only dimension.
+pub(crate) fn injective_outer_dims(shape: &[usize]) -> usize {
+    let rank = shape.len();
+    let nd = outer_dims(shape);
+    if rank >= 2 && shape[rank - 1] >= 16 {
+        nd.min(rank - 1)
+    } else {
+        nd
+    }
+}
+
+pub(crate) fn guard(body: &Expr, op: RedOp, dtype: DType, v: u32, rank: usize) -> Option<Guard> {
+    let Expr::Select(c, a, b) = body else {
+        return None;
+    };
+    let Expr::Const(z) = b.as_ref() else {
+        return None;
+    };
+    if *z != op.init(dtype) && !(op == RedOp::Sum && z.is_zero()) {
+        return None;
+    }
+    let mut cs = Vec::new();
+    conjuncts(c, &mut cs);
+    let mut g = Guard {
+        lo: vec![],
+        hi: vec![],
+        hoisted: vec![],
+        value: (**a).clone(),
+    };
+    let zero: Vec<Expr> = (0..rank)
+        .map(|k| {
+            if k as u32 == v {
+                Expr::i(0)
+            } else {
+                Expr::var(k)
+            }
+        })
+        .collect();
+    for t in cs {
+        let Expr::Bin(cmp @ (BinOp::Ge | BinOp::Gt | BinOp::Lt | BinOp::Le), l, r) = &t else {
+            if uses_var(&t, v) {
+                return None;
+            }
+            g.hoisted.push(t);
+            continue;
+        };
+        let d = (**l).clone().sub((**r).clone());
+        match coef(&d, v) {
+            Some(0) if !uses_var(&d, v) => g.hoisted.push(t.clone()),
+            Some(1) => {
+                // v + d0 (cmp) 0
+                let neg = Expr::i(0).sub(d.subst_vars(&zero));
+                match cmp {
+                    BinOp::Ge => g.lo.push(neg),
+                    BinOp::Gt => g.lo.push(neg.add(Expr::i(1))),
+                    BinOp::Lt => g.hi.push(neg),
+                    _ => g.hi.push(neg.add(Expr::i(1))),
+                }
+            }
+            Some(-1) => {
+                // d0 - v (cmp) 0
+                let d0 = d.subst_vars(&zero);
+                match cmp {
+                    BinOp::Ge => g.hi.push(d0.add(Expr::i(1))),
+                    BinOp::Gt => g.hi.push(d0),
+                    BinOp::Lt => g.lo.push(d0.add(Expr::i(1))),
+                    _ => g.lo.push(d0),
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(g)
+}
+
+/// Shortest innermost reduction a plain schedule vectorises (`#pragma omp simd`).
+pub(crate) const MIN_SIMD_REDUCTION: usize = 16;
+
+/// Largest accumulator block (bytes) kept on the stack.
+pub(crate) const MAX_ACC_BYTES: usize = 64 * 1024;
+
+/// A row load streams when its tensor is at least this large (the L2 of one core on most
+/// targets): its next tile then comes from L3 or memory unless it is fetched ahead.
+pub(crate) const STREAM_BYTES: usize = 1 << 20;
+
+/// The most bytes of row loads one tile reads over its reduction for its next tile to be
+/// prefetched: half of a 32 KiB L1d, so that the tile being computed stays.
+pub(crate) const PREFETCH_TILE_BYTES: usize = 16 << 10;
+
+/// The row-reduction plan of `st` (see [`RowPlan`]).
+fn row_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> RowPlan {
+    let sched = Schedule::of(st, lanes, cpu);
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let v = rank - 1;
+    let r = st.reduce.as_ref().expect("a reduction");
+    let guard = guard(&st.body, r.op, st.ty.dtype, v as u32, rank);
+    let value = guard.as_ref().map_or(&st.body, |g| &g.value);
+    // Loads that walk the row: the jammed dimension must not appear in them.
+    let mut row_loads = Vec::new();
+    value.visit(&mut |e| {
+        if let Expr::Load(Src::Buf(b), idx) = e {
+            let strides = strides(&p.bufs[*b as usize].ty.shape);
+            let c = idx.iter().zip(&strides).try_fold(0i64, |acc, (ie, &s)| {
+                Some(acc + coef(ie, v as u32)? * s as i64)
+            });
+            if c == Some(1) {
+                row_loads.push(e.clone());
+            }
+        }
+    });
+    let row_bytes = shape[v] * st.ty.dtype.size();
+    let mut jam = None;
+    for k in (0..v).rev() {
+        let free = row_loads.iter().all(|l| !uses_var(l, k as u32))
+            && guard.as_ref().is_none_or(|g| {
+                g.lo.iter()
+                    .chain(&g.hi)
+                    .chain(&g.hoisted)
+                    .all(|e| !uses_var(e, k as u32))
+            });
+        if !free || shape[k] < 2 {
+            continue;
+        }
+        if let Some(j) = (2..=sched.jam as usize)
+            .rev()
+            .find(|j| shape[k].is_multiple_of(*j) && j * row_bytes <= MAX_ACC_BYTES)
+        {
+            jam = Some((k, j));
+            break;
+        }
+    }
+    let outer: Vec<usize> = (0..v).collect();
+    let jn = jam.map_or(1, |(_, j)| j);
+    // Tiles of the row small enough that jn rows of accumulators fit the schedule's bytes.
+    let per_tile = ((sched.acc_bytes as usize / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
+    let tile = shape[v].min(per_tile);
+    let n_tiles = shape[v].div_ceil(tile);
+    let n_outer = outer
+        .iter()
+        .map(|&k| {
+            if jam.is_some_and(|(jk, _)| jk == k) {
+                shape[k] / jn
+            } else {
+                shape[k]
+            }
+        })
+        .product::<usize>()
+        * n_tiles;
+    RowPlan {
+        v,
+        jam,
+        tile,
+        outer,
+        n_outer,
+        guard,
+    }
+}
+
+/// The row loads whose next tile (`tw` columns on) a task prefetches while it computes its
+/// own: those of unpacked tensors that stream ([`STREAM_BYTES`]), when the tile's rows of
+/// them over the whole reduction (`points` steps) fit [`PREFETCH_TILE_BYTES`]. A pointwise
+/// convolution over a 112x112 image reads 32 rows of 64 pixels per tile; the hardware's
+/// prefetchers follow few of those streams at once and restart at every page.
+fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
+    let mut streams: Vec<Expr> = Vec::new();
+    for e in row_loads {
+        let (Expr::Load(s, _) | Expr::LoadFlat(s, _)) = e else {
+            continue;
+        };
+        let Src::Buf(b) = s else { continue };
+        let b = &p.bufs[*b as usize];
+        if !b.packed && b.ty.bytes() >= STREAM_BYTES && !streams.contains(e) {
+            streams.push(e.clone());
+        }
+    }
+    if points * tw * 4 * streams.len() > PREFETCH_TILE_BYTES {
+        return Vec::new();
+    }
+    streams
+}
+
+/// The register-blocked plan of `st`, if it is a contraction-like f32 sum (see [`GemmPlan`]).
+fn gemm_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> Option<GemmPlan> {
+    let r = st.reduce.as_ref()?;
+    if r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
+        return None;
+    }
+    let shape = &st.ty.shape;
+    let v = shape.len() - 1;
+    let mut body_ok = true;
+    st.body.visit(&mut |e| {
+        body_ok &= !matches!(
+            e,
+            Expr::Acc | Expr::Bin(BinOp::Max | BinOp::Min, ..) | Expr::Un(UnOp::Erf | UnOp::Exp, _)
+        )
+    });
+    if shape[v] < lanes || !body_ok || !vectorizable(p, &st.body, v as u32) {
+        return None;
+    }
+    let mut row_loads = Vec::new();
+    st.body.visit(&mut |e| {
+        if matches!(e, Expr::Load(..) | Expr::LoadFlat(..)) && load_coef(p, e, v as u32) == Some(1)
+        {
+            row_loads.push(e.clone());
+        }
+    });
+    // The stage's schedule, legalised: no wider than the row, rows that divide a dimension.
+    let sched = Schedule::of(st, lanes, cpu);
+    let vecs = (sched.vecs as usize).min(shape[v] / lanes).max(1);
+    // The rows: the largest count up to the schedule's that divides the dimension, unless
+    // that is under half the schedule's (a prime count of rows, such as a transformer's
+    // 197 tokens), where blocks of the schedule's rows run with a shorter last block.
+    let rows = sched.rows as usize;
+    let mut jam = None;
+    let mut jam_rem = 0;
+    for k in (0..v).rev() {
+        if shape[k] < 2 || row_loads.iter().any(|l| uses_var(l, k as u32)) {
+            continue;
+        }
+        match (2..=rows).rev().find(|j| shape[k].is_multiple_of(*j)) {
+            Some(j) if 2 * j >= rows => jam = Some((k, j)),
+            _ if shape[k] >= rows && rows >= 2 => {
+                jam = Some((k, rows));
+                jam_rem = shape[k] % rows;
+            }
+            Some(j) => jam = Some((k, j)),
+            None => continue,
+        }
+        break;
+    }
+    // Column tiles outermost among the jammed rows: one tile of the row-walking operand stays
+    // in cache while every block of rows uses it.
+    let mut outer: Vec<usize> = (0..v)
+        .filter(|&k| jam.is_none_or(|(jk, _)| jk != k))
+        .collect();
+    if let Some((jk, _)) = jam {
+        outer.push(jk);
+    }
+    let jn = jam.map_or(1, |(_, j)| j);
+    let n_tiles = shape[v].div_ceil(vecs * lanes);
+    let n_outer = outer
+        .iter()
+        .map(|&k| {
+            if jam.is_some_and(|(jk, _)| jk == k) {
+                shape[k].div_ceil(jn)
+            } else {
+                shape[k]
+            }
+        })
+        .product::<usize>()
+        * n_tiles;
+    let prefetch = prefetched(p, r.extents.iter().product(), &row_loads, vecs * lanes);
+    Some(GemmPlan {
+        v,
+        jam,
+        jam_rem,
+        lanes,
+        vecs,
+        outer,
+        n_outer,
+        prefetch,
+    })
+}

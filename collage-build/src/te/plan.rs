@@ -1,0 +1,446 @@
+//! Kernel plans: the loop shape of one generated stage, with its knobs, as data. A planner
+//! (`schedule::plan`) chooses one per stage and instruction-set variant, once, from the stage,
+//! its program and a target; it is stored on the [`Program`](super::Program)
+//! (`Program::plans`) and every consumer reads that value: the C emitter prints it, groups take
+//! their tile widths from it, the pricer its rate, `explain` and the goldens its text. A stage's
+//! printed plan is, by construction, the one its code was generated from.
+//!
+//! The types live here, beside [`Stage`](super::Stage), so that a program can hold them; the
+//! analyses that fill them in are the scheduling room's.
+use std::fmt;
+
+use super::Expr;
+
+/// An instruction-set variant the C emitter compiles every generated stage for: x86-64 builds
+/// get all three, chosen at run time; other targets the baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Isa {
+    /// AVX-512 (F, VL, BW, DQ): 16 f32 lanes, 32 vector registers.
+    Avx512,
+    /// AVX2 with FMA: 8 f32 lanes, 16 vector registers.
+    Avx2,
+    /// The baseline: 4 f32 lanes (SSE2, NEON), 16 vector registers.
+    Base,
+}
+
+impl Isa {
+    /// Every variant, in the order the emitter writes and dispatches them (widest first).
+    pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Base];
+
+    /// The f32 lanes of a vector.
+    pub fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2 => 8,
+            Isa::Base => 4,
+        }
+    }
+
+    /// The suffix of the variant's C functions (`k12_avx512`); the baseline has none.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "_avx512",
+            Isa::Avx2 => "_avx2",
+            Isa::Base => "",
+        }
+    }
+
+    /// The short name used in text (`avx512`, `avx2`, `base`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Base => "base",
+        }
+    }
+
+    /// The position of the variant in [`Isa::ALL`] (and in a stage's plans).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// The loop shape of one generated stage, with its knobs (legal for the stage: a planner
+/// legalises every knob it is given).
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelPlan {
+    /// An injective stage: one loop nest over the output.
+    Injective(InjectivePlan),
+    /// A padded window reduction (pooling): window loops outside, the row of outputs inside
+    /// over a row of accumulators, the guard turned into loop bounds.
+    Window(WindowPlan),
+    /// A reduction with its reduction loops innermost, one output at a time.
+    Plain(PlainPlan),
+    /// A reduction with a row of accumulators, the contiguous dimension innermost.
+    Row(RowPlan),
+    /// A contraction with a tile of SIMD accumulators in registers.
+    Gemm(GemmPlan),
+    /// A depthwise window over zero-padded image planes.
+    Plane(PlanePlan),
+    /// A contraction vectorised along its output channels, the reduction in blocks.
+    Channel(ChannelPlan),
+}
+
+impl KernelPlan {
+    /// The kind as one word (`elementwise`, `window`, `plain`, `row`, `register-blocked`,
+    /// `depthwise`, `channel-vectorised`): what the pricer's rates and `explain` name.
+    pub fn kind(&self) -> PlanKind {
+        match self {
+            KernelPlan::Injective(_) => PlanKind::Elementwise,
+            KernelPlan::Window(_) => PlanKind::Window,
+            KernelPlan::Plain(_) => PlanKind::Plain,
+            KernelPlan::Row(_) => PlanKind::Row,
+            KernelPlan::Gemm(_) => PlanKind::RegisterBlocked,
+            KernelPlan::Plane(_) => PlanKind::Plane,
+            KernelPlan::Channel(_) => PlanKind::Channel,
+        }
+    }
+
+    /// Iterations of the flattened outer (parallel) loop: the tasks a `parallel_for` splits.
+    pub fn n_outer(&self) -> usize {
+        match self {
+            KernelPlan::Injective(i) => i.n_outer,
+            KernelPlan::Window(w) => w.n_outer,
+            KernelPlan::Plain(x) => x.n_outer,
+            KernelPlan::Row(r) => r.n_outer,
+            KernelPlan::Gemm(g) => g.n_outer,
+            KernelPlan::Plane(x) => x.n_outer,
+            KernelPlan::Channel(c) => c.n_outer,
+        }
+    }
+
+    /// The register tile's width in columns, for a register-blocked plan.
+    pub fn tile_width(&self) -> Option<usize> {
+        match self {
+            KernelPlan::Gemm(g) => Some(g.vecs * g.lanes),
+            _ => None,
+        }
+    }
+}
+
+/// The kinds of [`KernelPlan`], without their knobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlanKind {
+    /// [`KernelPlan::Injective`].
+    Elementwise,
+    /// [`KernelPlan::Window`].
+    Window,
+    /// [`KernelPlan::Plain`].
+    Plain,
+    /// [`KernelPlan::Row`].
+    Row,
+    /// [`KernelPlan::Gemm`].
+    RegisterBlocked,
+    /// [`KernelPlan::Plane`].
+    Plane,
+    /// [`KernelPlan::Channel`].
+    Channel,
+}
+
+/// An injective stage's loop nest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InjectivePlan {
+    /// Leading output dimensions flattened into the outer (parallel) loop.
+    pub outer: usize,
+    /// Their iterations.
+    pub n_outer: usize,
+    /// The last dimension iterated as two loops of `w` (it is read only as `i / w` and
+    /// `i % w`: an im2col over a flattened image), so no division is left per element.
+    pub split: Option<usize>,
+    /// A body `guard ? value : 0` with the guard affine in the innermost loop variable
+    /// (padding): that loop runs as three ranges (zeros, values, zeros).
+    pub guard: Option<Window>,
+}
+
+/// A padded window reduction's loops.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowPlan {
+    /// Leading output dimensions flattened into the outer loop.
+    pub outer: usize,
+    /// Their iterations.
+    pub n_outer: usize,
+    /// The guard split for the last dimension.
+    pub window: Window,
+}
+
+/// A reduction computed one output at a time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlainPlan {
+    /// Leading output dimensions flattened into the outer loop.
+    pub outer: usize,
+    /// Their iterations.
+    pub n_outer: usize,
+    /// The innermost reduction loop is vectorised (`#pragma omp simd`).
+    pub simd: bool,
+}
+
+/// A range check `s * v + rest OP bound`, as `v >= lo` (lower) or `v < hi` (upper) with
+/// `lo`/`hi` = ceil or floor of `(bound - rest) / s`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bound {
+    /// A lower bound (`v >=`), else an exclusive upper bound (`v <`).
+    pub lower: bool,
+    /// `bound - rest`.
+    pub num: Expr,
+    /// The positive coefficient `s`.
+    pub s: i64,
+    /// Round the quotient up (else down and add one).
+    pub ceil: bool,
+}
+
+/// The guard of a padded window split for one loop variable.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    /// Range checks on the variable.
+    pub bounds: Vec<Bound>,
+    /// Conjuncts without it.
+    pub invariant: Vec<Expr>,
+    /// The body without its guard.
+    pub value: Expr,
+}
+
+/// Bounds on the row variable implied by a guard `select(cond, value, identity)`: the loop runs
+/// over `[lo, hi)` only, and conjuncts that do not involve the row variable are hoisted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Guard {
+    /// Lower bounds (the loop starts at their maximum).
+    pub lo: Vec<Expr>,
+    /// Exclusive upper bounds (it ends at their minimum).
+    pub hi: Vec<Expr>,
+    /// Conjuncts free of the row variable, tested once per row.
+    pub hoisted: Vec<Expr>,
+    /// The body without its guard.
+    pub value: Expr,
+}
+
+/// The row-reduction plan: the contiguous last output dimension innermost with a row of
+/// accumulators, optionally several rows at once along a dimension the contiguous loads do not
+/// depend on ("unroll and jam", so each loaded row is reused), and guards turned into loop
+/// bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowPlan {
+    /// The row dimension (the last).
+    pub v: usize,
+    /// The jammed dimension and factor.
+    pub jam: Option<(usize, usize)>,
+    /// Row elements per tile (the accumulators of one tile stay in L1).
+    pub tile: usize,
+    /// Dimensions of the flattened outer loop, outermost first (the jammed one counts in
+    /// blocks).
+    pub outer: Vec<usize>,
+    /// Iterations of the outer loop.
+    pub n_outer: usize,
+    /// The guard turned into loop bounds, if the body has one.
+    pub guard: Option<Guard>,
+}
+
+/// The register-blocked plan for contraction-like stages (matmul, im2col convolution): a tile
+/// of `rows` × `vecs` SIMD vectors of accumulators stays in registers while the reduction runs;
+/// loads along the row are vector loads, everything else is a scalar broadcast.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmPlan {
+    /// The row dimension (the last, vectorised).
+    pub v: usize,
+    /// Jammed dimension and rows per tile.
+    pub jam: Option<(usize, usize)>,
+    /// Rows of the jammed dimension's last block when the rows per tile do not divide it (0
+    /// when they do): that block runs the same code for fewer rows.
+    pub jam_rem: usize,
+    /// f32 lanes of a vector.
+    pub lanes: usize,
+    /// Vectors per tile row.
+    pub vecs: usize,
+    /// Dimensions of the flattened outer loop (the jammed one last).
+    pub outer: Vec<usize>,
+    /// Iterations of the outer loop.
+    pub n_outer: usize,
+    /// The row loads whose next tile each task prefetches; empty when none is worth it.
+    pub prefetch: Vec<Expr>,
+}
+
+/// One spatial axis of a depthwise window: input index `stride * i + dilation * r + offset`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Axis {
+    /// Output extent.
+    pub out: usize,
+    /// Input extent.
+    pub input: usize,
+    /// The output's step in the input.
+    pub stride: usize,
+    /// The taps' step in the input.
+    pub dilation: usize,
+    /// Taps (the reduction extent).
+    pub taps: usize,
+    /// The reduction variable of the taps.
+    pub rvar: u32,
+    /// Constant offset (minus the leading padding).
+    pub offset: i64,
+}
+
+impl Axis {
+    /// Input positions one band of `rows` outputs spans.
+    pub fn span(&self, rows: usize) -> usize {
+        (rows - 1) * self.stride + (self.taps - 1) * self.dilation + 1
+    }
+
+    /// Padded positions per phase of the stride: position `p` lies at `p / stride` of phase
+    /// `p % stride`.
+    pub fn phase_len(&self) -> usize {
+        self.span(self.out).div_ceil(self.stride)
+    }
+}
+
+/// The plan of a depthwise window stage over whole image planes (`codegen/c/plane.rs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanePlan {
+    /// The input buffer.
+    pub x: u32,
+    /// The input plane's flat offset with its spatial indices at 0, over `i0`, `i1`.
+    pub plane: Expr,
+    /// The weight (the factor that does not read `x`).
+    pub weight: Expr,
+    /// Reduction variables of extent 1 (set to 0).
+    pub unit_rvars: Vec<u32>,
+    /// The rows' axis.
+    pub h: Axis,
+    /// The columns' axis.
+    pub w: Axis,
+    /// Parts of each plane's output rows, each its own task.
+    pub parts: usize,
+    /// Output rows per part (the last part may have fewer).
+    pub part_rows: usize,
+    /// Output rows per band (within a part).
+    pub band: usize,
+    /// Narrow rows at unit strides with an epilogue that reads no spatial index: the band is
+    /// computed as one flat run of whole vectors over the padded rows, then its rows are
+    /// copied out.
+    pub flat: bool,
+    /// Channel-blocked: a task takes a block of channels, transposes their padded planes into
+    /// a scratch of pixels, computes every output as vectors along the channels and transposes
+    /// the outputs back in registers.
+    pub chan: bool,
+    /// Channels per task of a channel-blocked plan.
+    pub chan_block: usize,
+    /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major; or
+    /// blocks of channels (`shape[0] * shape[1] / chan_block`).
+    pub n_outer: usize,
+}
+
+/// The plan of a channel-vectorised contraction (`codegen/c/channel.rs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelPlan {
+    /// The channel dimension (vectorised).
+    pub c: usize,
+    /// The row dimension (jammed).
+    pub row: usize,
+    /// f32 lanes of a vector.
+    pub lanes: usize,
+    /// Vectors of channels per tile.
+    pub vecs: usize,
+    /// Columns per register tile.
+    pub rows: usize,
+    /// Reduction block.
+    pub kc: usize,
+    /// Columns per task (a multiple of `rows`, but for the last group).
+    pub group: usize,
+    /// Tiles of channels.
+    pub n_tiles: usize,
+    /// Column groups.
+    pub n_groups: usize,
+    /// Tasks: every other dimension, the channel tiles, the column groups.
+    pub n_outer: usize,
+}
+
+fn dims(o: &[usize]) -> String {
+    o.iter()
+        .map(|k| format!("i{k}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn jam(j: Option<(usize, usize)>) -> String {
+    j.map_or("none".to_string(), |(k, n)| format!("i{k}x{n}"))
+}
+
+/// One line: the kind, then for reductions the vectorised dimension, the jammed dimension and
+/// factor, the tile, and the dimensions of the flattened outer (parallel) loop with its trip
+/// count. What `explain`, the goldens and the cost cache show.
+impl fmt::Display for KernelPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelPlan::Injective(i) => {
+                write!(f, "elementwise outer {}", i.outer)?;
+                if let Some(w) = i.split {
+                    write!(f, " split {w}")?;
+                }
+                if i.guard.is_some() {
+                    write!(f, " guarded")?;
+                }
+                Ok(())
+            }
+            KernelPlan::Window(w) => write!(f, "window outer {}", w.outer),
+            KernelPlan::Plain(x) => {
+                write!(f, "plain outer {}", x.outer)?;
+                if x.simd {
+                    write!(f, " simd")?;
+                }
+                Ok(())
+            }
+            KernelPlan::Row(r) => write!(
+                f,
+                "row vector i{} jam {} tile {} outer [{}] trips {}{}",
+                r.v,
+                jam(r.jam),
+                r.tile,
+                dims(&r.outer),
+                r.n_outer,
+                if r.guard.is_some() { " guarded" } else { "" }
+            ),
+            KernelPlan::Gemm(g) => {
+                write!(
+                    f,
+                    "register-blocked vector i{} lanes {}x{} jam {}",
+                    g.v,
+                    g.vecs,
+                    g.lanes,
+                    jam(g.jam)
+                )?;
+                if g.jam_rem > 0 {
+                    write!(f, " last {}", g.jam_rem)?;
+                }
+                write!(f, " outer [{}] trips {}", dims(&g.outer), g.n_outer)
+            }
+            KernelPlan::Plane(x) if x.chan => write!(
+                f,
+                "depthwise channels {} taps {}x{} stride {}x{} outer [i0,i1] trips {}",
+                x.chan_block, x.h.taps, x.w.taps, x.h.stride, x.w.stride, x.n_outer
+            ),
+            KernelPlan::Plane(x) => {
+                write!(
+                    f,
+                    "depthwise plane taps {}x{} stride {}x{}",
+                    x.h.taps, x.w.taps, x.h.stride, x.w.stride
+                )?;
+                if x.parts > 1 {
+                    write!(f, " parts {}x{}", x.parts, x.part_rows)?;
+                }
+                write!(f, " band {}", x.band)?;
+                if x.flat {
+                    write!(f, " flat")?;
+                }
+                write!(f, " outer [i0,i1] trips {}", x.n_outer)
+            }
+            KernelPlan::Channel(c) => write!(
+                f,
+                "channel-vectorised vector i{} lanes {}x{} jam i{}x{} kc {} tasks {}x{} columns {}",
+                c.c, c.vecs, c.lanes, c.row, c.rows, c.kc, c.n_tiles, c.n_groups, c.group
+            ),
+        }
+    }
+}
