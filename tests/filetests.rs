@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use collage_build::codegen::{self, Place};
 use collage_build::driver::{self, Options};
-use collage_build::te::{BufKind, Isa};
+use collage_build::te::{BufKind, Isa, PlanChoice};
 use collage_build::tune::cache::TargetFingerprint;
 use collage_build::tune::{measure, price};
 
@@ -65,6 +65,7 @@ fn check(name: &str, model: &Path) {
     };
     let c = driver::compile(g, name, &opts).unwrap();
     let p = &c.program;
+    plans_are_the_printed_ones(&c);
     let te = p.to_string();
     let mut sched =
         String::from("# kernel plans of the generated stages (AVX-512, 16 f32 lanes)\n");
@@ -123,6 +124,62 @@ fn check(name: &str, model: &Path) {
     .filter_map(|(file, text)| golden(file, text))
     .collect();
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// The kernel plans the C emitter printed (`/* plan: .. */` before each kernel function), by
+/// function name.
+fn printed_plans(c_source: &str) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    let mut plan: Option<&str> = None;
+    for line in c_source.lines() {
+        if let Some(text) = line.strip_prefix("/* plan: ") {
+            plan = Some(text.strip_suffix(" */").expect("a closed comment"));
+        } else if let Some(rest) = line.strip_prefix("static void ") {
+            if let Some(text) = plan.take() {
+                let fname = rest.split('(').next().unwrap().to_string();
+                out.insert(fname, text.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Every stage's plan, for every variant, is the one the emitter printed above its kernel; its
+/// text parses back to its choice, and that choice realised again for the stage gives the same
+/// plan; what `explain` reports is the same text.
+fn plans_are_the_printed_ones(c: &codegen::Compiled) {
+    let p = &c.program;
+    let printed = printed_plans(&c.c_source);
+    let target = collage_build::target::Target::for_build();
+    let cpu = target.cpu().unwrap();
+    let mut planned = 0;
+    for b in 0..p.bufs.len() as u32 {
+        let Some(st) = p.stage(b) else { continue };
+        for isa in Isa::ALL {
+            let Some(plan) = p.plan(b, isa) else { continue };
+            let text = plan.to_string();
+            let names = ["", "_fill", "_inst"].map(|s| format!("k{b}{}{s}", isa.suffix()));
+            let shown = names.iter().find_map(|n| printed.get(n));
+            assert_eq!(shown, Some(&text), "{}: stage b{b} ({isa})", c.name);
+            let choice: PlanChoice = text.parse().unwrap();
+            assert_eq!(choice, plan.choice(), "{}: b{b} ({isa}): {text}", c.name);
+            let again = collage_build::schedule::plan_stage(p, st, isa, cpu, Some(choice));
+            assert_eq!(&again, plan, "{}: b{b} ({isa}): {text}", c.name);
+            planned += 1;
+        }
+    }
+    assert!(planned > 0, "{}: no plans", c.name);
+    let target = TargetFingerprint::current("golden");
+    for k in collage_build::report::kernels(c, &target, None) {
+        let avx512 = p.plan(k.id, Isa::Avx512).map(|pl| pl.to_string());
+        assert_eq!(
+            k.plan.map(|pl| pl.to_string()),
+            avx512,
+            "{}: k{}",
+            c.name,
+            k.id
+        );
+    }
 }
 
 #[test]

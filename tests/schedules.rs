@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use collage_build::driver::Options;
-use collage_build::ir::{DType, Graph, Tensor, TensorType};
+use collage_build::ir::{DType, Graph, Tensor, TensorType, ValueId};
 use collage_build::ops::{lookup, Attr, Attrs, OpCx};
-use collage_build::te::Isa;
+use collage_build::te::{Isa, PlanKind};
 use collage_build::{passes, tensor};
 use collage_runtime::Executor;
 
@@ -339,16 +339,17 @@ impl Draw {
     }
 }
 
-/// Every point of the schedule space is correct, not only the default: each stage kind on small
-/// random shapes, compiled on `c` with every generated stage's schedule drawn at random
-/// (`Options::schedule_seed`: register tile width and height, jam factor, accumulator bytes),
-/// against the interpreter.
+/// Every point of the plan space is correct, not only the default: each stage kind on small
+/// random shapes, compiled on `c` with every generated stage's plan drawn at random
+/// (`Options::schedule_seed`: a kind among those that fit the stage, half of the time its
+/// default, and every knob of that kind), against the interpreter.
 #[test]
 fn random_schedules_on_random_shapes() {
     let seeds: u64 = std::env::var("COLLAGE_SCHEDULE_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4);
+    let mut groups = 0;
     for seed in 1..=seeds {
         let opts = Options {
             backends: "c".into(),
@@ -422,11 +423,22 @@ fn random_schedules_on_random_shapes() {
         let y = conv(&mut g, x);
         g.outputs.push(y);
         let c = collage_build::driver::compile(g, "t", &opts).unwrap();
+        // The drawn plans may make the GEMM another kind; where it is register-blocked in
+        // every variant, the im2col and it form a group.
+        let p = &c.program;
+        let gemm = (0..p.bufs.len() as u32)
+            .filter(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
+            .all(|b| {
+                Isa::ALL
+                    .iter()
+                    .all(|&i| p.plan(b, i).is_some_and(|pl| pl.tile_width().is_some()))
+            });
         assert_eq!(
-            c.program.groups.len(),
-            1,
-            "{name}: the im2col and its GEMM form a group"
+            p.groups.len(),
+            usize::from(gemm),
+            "{name}: the im2col and its GEMM form a group when it is register-blocked"
         );
+        groups += p.groups.len();
         // Short rows (small images), channels in whole vectors: contractions vectorised along
         // their channels, the reduction in blocks (the schedule's accumulator bytes), a 3x3
         // through im2col with a vectorised epilogue, and a pointwise one over a long reduction
@@ -513,6 +525,11 @@ fn random_schedules_on_random_shapes() {
             node(g, "ReduceMean", ints(&[("axes", vec![0])]), vec![y])
         });
     }
+    // Some seed keeps the GEMM register-blocked, so a group runs under drawn plans too.
+    assert!(
+        groups > 0 || seeds < 4,
+        "no seed of 1..={seeds} formed a group"
+    );
 }
 
 /// Pointwise output channels for a depthwise input of `c` channels.
@@ -577,7 +594,8 @@ fn channel_convolutions_read_their_padded_input() {
         assert!(
             texts
                 .iter()
-                .any(|t| t.starts_with("channel-vectorised vector i1 lanes 4x16 jam i2x6")),
+                .any(|t| t.starts_with("channel-vectorised vecs=4 rows=6")
+                    && t.contains("| vector i1 lanes 4x16 jam i2x6")),
             "{h}x{h}: {texts:?}"
         );
         assert!(
@@ -612,4 +630,76 @@ fn padded_conv3x3(x_shape: &[usize], co: usize) -> collage_build::codegen::Compi
         ..Options::default()
     };
     collage_build::driver::compile(g, "t", &opts).unwrap()
+}
+
+/// The seeds reach every kind of plan: over a few small graphs (a matrix product and a
+/// softmax, a padded max pool, a depthwise and a channel-wide convolution), some seed gives
+/// some stage each kind, so the random-schedule tests above run every kind's code.
+#[test]
+fn seeds_draw_every_plan_kind() {
+    let graphs: Vec<(
+        &str,
+        Vec<usize>,
+        Box<dyn Fn(&mut Graph, ValueId) -> ValueId>,
+    )> = vec![
+        (
+            "mm",
+            vec![12, 64],
+            Box::new(|g, x| {
+                let w = g.add_const("w", rand(&[64, 96], 3));
+                let y = node(g, "MatMul", Attrs::default(), vec![x, w]);
+                node(g, "Softmax", Attrs::default(), vec![y])
+            }),
+        ),
+        (
+            "pool",
+            vec![1, 4, 20, 20],
+            Box::new(|g, x| {
+                let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                node(g, "MaxPool", a, vec![x])
+            }),
+        ),
+        (
+            "dw",
+            vec![1, 16, 14, 14],
+            Box::new(|g, x| {
+                let w = g.add_const("w", rand(&[16, 1, 3, 3], 4));
+                let mut a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                a.0.insert("group".into(), Attr::Int(16));
+                node(g, "Conv", a, vec![x, w])
+            }),
+        ),
+        (
+            "channels",
+            vec![1, 40, 7, 7],
+            Box::new(|g, x| {
+                let w = g.add_const("w", rand(&[64, 40, 3, 3], 5));
+                let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                node(g, "Conv", a, vec![x, w])
+            }),
+        ),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in (1..=12).map(Some).chain([None]) {
+        for (name, shape, build) in &graphs {
+            let mut g = Graph::new(*name);
+            let x = g.add_value("x", Some(TensorType::new(DType::F32, shape.as_slice())));
+            g.inputs.push(x);
+            let y = build(&mut g, x);
+            g.outputs.push(y);
+            let opts = Options {
+                backends: "c".into(),
+                schedule_seed: seed,
+                ..Options::default()
+            };
+            let c = collage_build::driver::compile(g, "t", &opts).unwrap();
+            let p = &c.program;
+            for b in 0..p.bufs.len() as u32 {
+                if let Some(plan) = p.plan(b, Isa::Avx512) {
+                    seen.insert(format!("{:?}", plan.kind()));
+                }
+            }
+        }
+    }
+    assert_eq!(seen.len(), PlanKind::ALL.len(), "kinds drawn: {seen:?}");
 }

@@ -8,8 +8,7 @@ use std::fmt::Write;
 use crate::ir::{strides, DType};
 pub(crate) use crate::schedule::analysis::conjuncts;
 use crate::schedule::analysis::{
-    channel_axis, channel_weight, generated_f32_sum, is_vector, load_coef, split_body, uses_var,
-    vectorizable,
+    channel_axis, channel_weight, generated_f32_sum, is_vector, split_body, uses_var, vectorizable,
 };
 use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Place;
@@ -866,6 +865,7 @@ fn emit_stage(
         rebase: member.map(|m| m.group.producer),
     };
     writeln!(out, "\n/* {}: {} */", st.name.replace("*/", "* /"), st.ty).unwrap();
+    writeln!(out, "/* plan: {plan} */").unwrap();
     match member {
         // One instance's slot: every outer iteration, columns [c0, c1).
         Some(m) if m.fill => writeln!(
@@ -942,7 +942,12 @@ fn emit_stage(
             rp.emit(out, &em, id, st);
             return (fname, n_outer, parallel);
         }
-        KernelPlan::Injective(ip) => (ip.outer, ip.split, ip.guard.as_ref(), None),
+        KernelPlan::Injective(ip) => (
+            ip.outer,
+            ip.split,
+            ip.guard.as_ref().map(|g| (g, ip.copy)),
+            None,
+        ),
         KernelPlan::Window(wp) => (wp.outer, None, None, Some(&wp.window)),
         KernelPlan::Plain(pp) => (pp.outer, None, None, None),
     };
@@ -1094,9 +1099,9 @@ fn emit_stage(
             .unwrap();
         }
         None if guarded.is_some() => {
-            let g = guarded.expect("checked");
+            let (g, copy) = guarded.expect("checked");
             emit_guarded(
-                out, &em, &indent, g, p, id, st, split, &flat_out, fill, lanes,
+                out, &em, &indent, g, copy, id, st, split, &flat_out, fill, lanes,
             );
         }
         None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&body)).unwrap(),
@@ -1182,7 +1187,7 @@ fn emit_guarded(
     em: &Emitter,
     indent: &str,
     g: &Window,
-    p: &Program,
+    copy: bool,
     id: u32,
     st: &Stage,
     split: Option<usize>,
@@ -1214,16 +1219,9 @@ fn emit_guarded(
     let zero = scalar(crate::te::Scalar::from_f64(st.ty.dtype, 0.0));
     let value = em.expr(&g.value);
     // A value that is an f32 load walking its source with stride 1 along the loop (an im2col's
-    // shifted row) is copied in whole vectors: `src` is its element at `s`.
-    let vi = match split {
-        Some(_) => rank as u32 + 1,
-        None => l as u32,
-    };
-    let copy = (st.ty.dtype == DType::F32
-        && matches!(&g.value, Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _)
-            if p.bufs[*b as usize].ty.dtype == DType::F32 && !p.bufs[*b as usize].packed)
-        && load_coef(p, &g.value, vi) == Some(1))
-    .then(|| {
+    // shifted row), where the plan says so, is copied in whole vectors: `src` is its element at
+    // `s`.
+    let copy = copy.then(|| {
         format!("const float *restrict src; {{ const int64_t {v} = s; {def}src = &{value}; }}")
     });
     writeln!(out, "{indent}{{").unwrap();
@@ -1268,7 +1266,7 @@ fn emit_guarded(
             *b = format!("cl_min_i64({b}, ch)");
         }
     }
-    if p.bufs[id as usize].packed {
+    if em.p.bufs[id as usize].packed {
         // i{l} = base + v; segments end at panel boundaries.
         let base = match split {
             Some(w) => format!("i{rank} * {w}"),

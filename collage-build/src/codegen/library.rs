@@ -380,7 +380,7 @@ mod tests {
             materialize: false,
             part: 0,
             exec: Exec::gemm(crate::backend::BackendId::Blas),
-            schedule: None,
+            choice: None,
         }
     }
 

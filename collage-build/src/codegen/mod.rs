@@ -200,7 +200,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
                     materialize: false,
                     part: 0,
                     exec: te::Exec::Generated,
-                    schedule: None,
+                    choice: None,
                 }),
             );
         }
@@ -264,13 +264,14 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
 /// for the candidates the placement search prices: weight packing ([`c::pack_weights`]), every
 /// stage's kernel plan for `target` ([`crate::schedule::plan_program`]) and groups
 /// ([`crate::schedule::plan_groups`], whose instances are whole tiles of the plans). Debugging
-/// knobs: `COLLAGE_NO_PACK` (no packing, no groups), `COLLAGE_NO_GROUPS` (no groups).
-pub fn layout_and_group(p: &mut Program, target: &Target) {
+/// knobs: `COLLAGE_NO_PACK` (no packing, no groups), `COLLAGE_NO_GROUPS` (no groups). `seed`
+/// draws every stage's plan from the space ([`crate::schedule::plan_program`]).
+pub fn layout_and_group(p: &mut Program, target: &Target, seed: Option<u64>) {
     let layout = std::env::var_os("COLLAGE_NO_PACK").is_none();
     if layout {
         c::pack_weights(p);
     }
-    plan(p, target);
+    plan(p, target, seed);
     if layout && std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
         p.groups = crate::schedule::plan_groups(p, &crate::schedule::tile_widths);
     }
@@ -278,8 +279,8 @@ pub fn layout_and_group(p: &mut Program, target: &Target) {
 
 /// Chooses every stage's kernel plan for `target` and stores them on `p` (`Program::plans`):
 /// what the C emitter prints. A library call's in-place epilogue is planned from what its
-/// backend leaves of its finalize.
-pub fn plan(p: &mut Program, target: &Target) {
+/// backend leaves of its finalize; `seed` draws plans from the space.
+pub fn plan(p: &mut Program, target: &Target, seed: Option<u64>) {
     let windows = c::library_backends(p).into_iter().find_map(|id| {
         id.lookup()
             .ok()
@@ -295,7 +296,7 @@ pub fn plan(p: &mut Program, target: &Target) {
             _ => st.gemm_epilogue(),
         }
     };
-    p.plans = crate::schedule::plan_program(p, target, &rest);
+    p.plans = crate::schedule::plan_program(p, target, &rest, seed);
 }
 
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
@@ -315,17 +316,7 @@ pub fn compile_scheduled(
 ) -> Result<Compiled> {
     let mut p = lower_graph_with(&g, assign)?;
     te::fuse(&mut p);
-    if let Some(seed) = seed {
-        for (i, b) in p.bufs.iter_mut().enumerate() {
-            if let BufKind::Stage(st) = &mut b.kind {
-                if st.reduce.is_some() && st.exec == te::Exec::Generated {
-                    let mix = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                    st.schedule = Some(crate::schedule::Schedule::random(mix));
-                }
-            }
-        }
-    }
-    layout_and_group(&mut p, &Target::for_build());
+    layout_and_group(&mut p, &Target::for_build(), seed);
     let (places, weights, arena_size) = place(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {

@@ -353,7 +353,7 @@ mod tests {
             materialize: false,
             part: 0,
             exec: Default::default(),
-            schedule: None,
+            choice: None,
         }
     }
 

@@ -170,7 +170,7 @@ impl LowerCx<'_> {
             materialize: false,
             part: 0,
             exec: Exec::Generated,
-            schedule: None,
+            choice: None,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }
@@ -204,7 +204,7 @@ impl LowerCx<'_> {
             materialize: false,
             part: 0,
             exec: Exec::Generated,
-            schedule: None,
+            choice: None,
         });
         Src::Local(self.stages.len() as u32 - 1)
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::codegen::Compiled;
-use crate::te::{Isa, KernelPlan, PlanKind};
+use crate::te::{Isa, KernelPlan};
 use crate::tune::measure;
 use crate::tune::price::{kernel_estimate_us, kernel_key};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
@@ -29,9 +29,6 @@ pub struct KernelReport {
     /// The kernel plan for AVX-512's 16 lanes (of generated kernels and of library calls'
     /// in-place epilogues): the one the C emitter printed.
     pub plan: Option<KernelPlan>,
-    /// Its knobs (generated reductions; for AVX-512's 16 lanes): the stage's own or the
-    /// target's default.
-    pub knobs: Option<crate::schedule::Schedule>,
     /// Output type.
     pub output: String,
     /// Body evaluations.
@@ -62,16 +59,6 @@ pub fn kernels(
                 id,
                 name: st.name.clone(),
                 backend: st.exec.backend(),
-                knobs: (st.exec == crate::te::Exec::Generated && st.reduce.is_some()).then(|| {
-                    // A channel-vectorised stage's tile spans its channels.
-                    let row = match plan.as_ref().map(KernelPlan::kind) {
-                        Some(PlanKind::Channel) => st.ty.shape[st.ty.rank() - 2],
-                        _ => st.ty.shape.last().copied().unwrap_or(1),
-                    };
-                    let target = crate::target::Target::for_build();
-                    let cpu = target.cpu().expect("a CPU target");
-                    crate::schedule::Schedule::of_row(st, row, 16, cpu)
-                }),
                 plan,
                 output: p.bufs[id as usize].ty.to_string(),
                 work: st.work(),
@@ -372,7 +359,7 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
     writeln!(out, "model {model}: {} kernels", ks.len()).unwrap();
     writeln!(
         out,
-        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  knobs; plan (AVX-512)",
+        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  plan (AVX-512)",
         "id", "kernel (last node)", "plan", "output", "work", "est. us", "measured us"
     )
     .unwrap();
@@ -391,7 +378,7 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
         est += k.estimate_us;
         writeln!(
             out,
-            "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}  {}; {}",
+            "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12.2} {:>12}  {}",
             format!("k{}", k.id),
             truncate(&k.name, 28),
             if k.backend == "c" {
@@ -405,7 +392,6 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
             k.work,
             k.estimate_us,
             m,
-            k.knobs.map_or("-".to_string(), |s| s.to_string()),
             k.plan.as_ref().map_or("-".to_string(), |p| p.to_string())
         )
         .unwrap();

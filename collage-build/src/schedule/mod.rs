@@ -9,5 +9,4 @@ pub mod plan;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, Interval, Place};
 pub use group::{plan_groups, GroupInfo};
-pub use kernel::Schedule;
 pub use plan::{plan_program, plan_stage, tile_widths};

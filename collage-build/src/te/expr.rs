@@ -360,10 +360,10 @@ pub struct Stage {
     pub part: u32,
     /// Who computes the stage: generated loops, or a library call.
     pub exec: Exec,
-    /// Its loop schedule when set (tuned, or drawn by a test); `None`: the target's default
-    /// (`schedule::Schedule::of`). Not part of what the stage computes: printed beside it,
-    /// never in its canonical text.
-    pub schedule: Option<Schedule>,
+    /// Its plan's kind and knobs when chosen from outside (tuned, or read from the cost
+    /// cache); `None`: the target's default (`schedule::plan_stage` realises either). Not part
+    /// of what the stage computes: printed beside it, never in its canonical text.
+    pub choice: Option<super::PlanChoice>,
 }
 
 impl Stage {
@@ -392,24 +392,6 @@ impl Stage {
             .and_then(|r| r.finalize.clone())
             .filter(|f| *f != Expr::Acc)
     }
-}
-
-/// Knobs of a reduction stage's loop nest (injective stages have none yet): per-stage metadata
-/// here; the scheduling room (`schedule::kernel`) chooses them (`default_for`, `of`, `random`)
-/// and reads and writes their text form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Schedule {
-    /// Register-blocked contractions: width of the tile of accumulators, in SIMD vectors
-    /// (1..=4).
-    pub vecs: u8,
-    /// Register-blocked contractions: rows of the tile of accumulators (output rows jammed so
-    /// that each loaded vector is reused); 1 is none.
-    pub rows: u8,
-    /// Row reductions: rows of accumulators reduced together (unroll and jam, so that each
-    /// loaded row is reused); 1 is none.
-    pub jam: u8,
-    /// Row reductions: bytes of accumulators one tile keeps (its share of L1).
-    pub acc_bytes: u32,
 }
 
 /// How a stage is executed.

@@ -16,14 +16,14 @@ mod simplify;
 pub(crate) use backend::backend_list;
 pub use backend::BackendId;
 pub use expr::{
-    bcast_index, BinOp, Exec, Expr, LibraryCall, RedOp, Reduce, Scalar, Schedule, Src, Stage, UnOp,
+    bcast_index, BinOp, Exec, Expr, LibraryCall, RedOp, Reduce, Scalar, Src, Stage, UnOp,
     WindowKind, WindowOp,
 };
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
 pub use plan::{
-    Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, PlanKind,
-    PlanePlan, RowPlan, Window, WindowPlan,
+    Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
+    PlanChoice, PlanKind, PlanePlan, RowPlan, Window, WindowPlan,
 };
 pub use print::fnv64;
 pub use program::{BufId, BufKind, Buffer, Group, Program, PANEL};

@@ -115,6 +115,37 @@ impl KernelPlan {
         }
     }
 
+    /// The kind and knobs the plan was realised from (legal for its stage: realising them
+    /// again gives the same plan).
+    pub fn choice(&self) -> PlanChoice {
+        match self {
+            KernelPlan::Injective(i) => PlanChoice::Elementwise { copy: i.copy },
+            KernelPlan::Window(_) => PlanChoice::Window,
+            KernelPlan::Plain(x) => PlanChoice::Plain { simd: x.simd },
+            KernelPlan::Row(r) => PlanChoice::Row {
+                jam: r.max_jam as u8,
+                acc: r.acc,
+            },
+            KernelPlan::Gemm(g) => PlanChoice::Gemm {
+                vecs: g.vecs as u8,
+                rows: g.rows as u8,
+                prefetch: !g.prefetch.is_empty(),
+            },
+            KernelPlan::Plane(x) => PlanChoice::Plane {
+                parts: x.parts as u8,
+                band: x.band as u16,
+                flat: x.flat,
+                chan: x.chan,
+                prefetch: x.prefetch,
+            },
+            KernelPlan::Channel(c) => PlanChoice::Channel {
+                vecs: c.vecs as u8,
+                rows: c.rows as u8,
+                kc: c.kc as u16,
+            },
+        }
+    }
+
     /// The register tile's width in columns, for a register-blocked plan.
     pub fn tile_width(&self) -> Option<usize> {
         match self {
@@ -143,6 +174,66 @@ pub enum PlanKind {
     Channel,
 }
 
+/// What a plan is made of that a tuner, a test's seed or the cost cache may choose: its kind
+/// and that kind's knobs. The planner realises a choice for a stage (`schedule::plan_stage`):
+/// every knob legalised to what fits the stage (a flag whose condition does not hold is off),
+/// and the default plan where the kind itself does not fit. Its text (`register-blocked vecs=3
+/// rows=8 prefetch=0`) is the part of a plan's one-line text before ` | `; it parses back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlanChoice {
+    /// [`KernelPlan::Injective`]: `copy`, a guarded stride-1 f32 load is copied in whole
+    /// vectors.
+    Elementwise {
+        /// Copy the guarded range in whole vectors.
+        copy: bool,
+    },
+    /// [`KernelPlan::Window`] (no knobs).
+    Window,
+    /// [`KernelPlan::Plain`].
+    Plain {
+        /// Vectorise the innermost reduction loop (`#pragma omp simd`).
+        simd: bool,
+    },
+    /// [`KernelPlan::Row`].
+    Row {
+        /// Rows reduced together (1..=8; 1 is none).
+        jam: u8,
+        /// Bytes of accumulators one tile keeps (64..=65536).
+        acc: u32,
+    },
+    /// [`KernelPlan::Gemm`].
+    Gemm {
+        /// Vectors per tile row (1..=4).
+        vecs: u8,
+        /// Rows per tile (1..=8).
+        rows: u8,
+        /// Prefetch the next tile of streaming row loads.
+        prefetch: bool,
+    },
+    /// [`KernelPlan::Plane`].
+    Plane {
+        /// Parts of each plane's rows (1, 2, 4 or 8).
+        parts: u8,
+        /// Output rows per band (1..=65535).
+        band: u16,
+        /// Narrow rows run flat.
+        flat: bool,
+        /// Channel-blocked.
+        chan: bool,
+        /// Prefetch the next task's plane.
+        prefetch: bool,
+    },
+    /// [`KernelPlan::Channel`].
+    Channel {
+        /// Vectors of channels per tile (1..=4).
+        vecs: u8,
+        /// Columns per tile (1..=24).
+        rows: u8,
+        /// Reduction block (1..=1024).
+        kc: u16,
+    },
+}
+
 /// An injective stage's loop nest.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InjectivePlan {
@@ -156,6 +247,9 @@ pub struct InjectivePlan {
     /// A body `guard ? value : 0` with the guard affine in the innermost loop variable
     /// (padding): that loop runs as three ranges (zeros, values, zeros).
     pub guard: Option<Window>,
+    /// The guarded value is an f32 load walking its source with stride 1: its range is copied
+    /// in whole vectors, the last one overlapping.
+    pub copy: bool,
 }
 
 /// A padded window reduction's loops.
@@ -229,6 +323,10 @@ pub struct RowPlan {
     pub v: usize,
     /// The jammed dimension and factor.
     pub jam: Option<(usize, usize)>,
+    /// The most rows jammed (the knob; `jam` is the largest factor up to it that fits).
+    pub max_jam: usize,
+    /// Bytes of accumulators a tile may keep (the knob `tile` follows from).
+    pub acc: u32,
     /// Row elements per tile (the accumulators of one tile stay in L1).
     pub tile: usize,
     /// Dimensions of the flattened outer loop, outermost first (the jammed one counts in
@@ -249,6 +347,8 @@ pub struct GemmPlan {
     pub v: usize,
     /// Jammed dimension and rows per tile.
     pub jam: Option<(usize, usize)>,
+    /// The most rows per tile (the knob; `jam` follows from it).
+    pub rows: usize,
     /// Rows of the jammed dimension's last block when the rows per tile do not divide it (0
     /// when they do): that block runs the same code for fewer rows.
     pub jam_rem: usize,
@@ -327,6 +427,8 @@ pub struct PlanePlan {
     pub chan: bool,
     /// Channels per task of a channel-blocked plan.
     pub chan_block: usize,
+    /// Each task prefetches the next task's input plane while it copies its own.
+    pub prefetch: bool,
     /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major; or
     /// blocks of channels (`shape[0] * shape[1] / chan_block`).
     pub n_outer: usize,
@@ -368,14 +470,16 @@ fn jam(j: Option<(usize, usize)>) -> String {
     j.map_or("none".to_string(), |(k, n)| format!("i{k}x{n}"))
 }
 
-/// One line: the kind, then for reductions the vectorised dimension, the jammed dimension and
+/// One line: the choice (kind and knobs, [`PlanChoice`]'s text), then after ` | ` what follows
+/// from it for the stage: for reductions the vectorised dimension, the jammed dimension and
 /// factor, the tile, and the dimensions of the flattened outer (parallel) loop with its trip
-/// count. What `explain`, the goldens and the cost cache show.
+/// count. What `explain`, the goldens, the generated C and the cost cache show.
 impl fmt::Display for KernelPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} | ", self.choice())?;
         match self {
             KernelPlan::Injective(i) => {
-                write!(f, "elementwise outer {}", i.outer)?;
+                write!(f, "outer {}", i.outer)?;
                 if let Some(w) = i.split {
                     write!(f, " split {w}")?;
                 }
@@ -384,17 +488,11 @@ impl fmt::Display for KernelPlan {
                 }
                 Ok(())
             }
-            KernelPlan::Window(w) => write!(f, "window outer {}", w.outer),
-            KernelPlan::Plain(x) => {
-                write!(f, "plain outer {}", x.outer)?;
-                if x.simd {
-                    write!(f, " simd")?;
-                }
-                Ok(())
-            }
+            KernelPlan::Window(w) => write!(f, "outer {}", w.outer),
+            KernelPlan::Plain(x) => write!(f, "outer {}", x.outer),
             KernelPlan::Row(r) => write!(
                 f,
-                "row vector i{} jam {} tile {} outer [{}] trips {}{}",
+                "vector i{} jam {} tile {} outer [{}] trips {}{}",
                 r.v,
                 jam(r.jam),
                 r.tile,
@@ -405,7 +503,7 @@ impl fmt::Display for KernelPlan {
             KernelPlan::Gemm(g) => {
                 write!(
                     f,
-                    "register-blocked vector i{} lanes {}x{} jam {}",
+                    "vector i{} lanes {}x{} jam {}",
                     g.v,
                     g.vecs,
                     g.lanes,
@@ -418,29 +516,233 @@ impl fmt::Display for KernelPlan {
             }
             KernelPlan::Plane(x) if x.chan => write!(
                 f,
-                "depthwise channels {} taps {}x{} stride {}x{} outer [i0,i1] trips {}",
+                "channels {} taps {}x{} stride {}x{} outer [i0,i1] trips {}",
                 x.chan_block, x.h.taps, x.w.taps, x.h.stride, x.w.stride, x.n_outer
             ),
             KernelPlan::Plane(x) => {
                 write!(
                     f,
-                    "depthwise plane taps {}x{} stride {}x{}",
+                    "taps {}x{} stride {}x{}",
                     x.h.taps, x.w.taps, x.h.stride, x.w.stride
                 )?;
                 if x.parts > 1 {
                     write!(f, " parts {}x{}", x.parts, x.part_rows)?;
                 }
-                write!(f, " band {}", x.band)?;
-                if x.flat {
-                    write!(f, " flat")?;
-                }
                 write!(f, " outer [i0,i1] trips {}", x.n_outer)
             }
             KernelPlan::Channel(c) => write!(
                 f,
-                "channel-vectorised vector i{} lanes {}x{} jam i{}x{} kc {} tasks {}x{} columns {}",
-                c.c, c.vecs, c.lanes, c.row, c.rows, c.kc, c.n_tiles, c.n_groups, c.group
+                "vector i{} lanes {}x{} jam i{}x{} tasks {}x{} columns {}",
+                c.c, c.vecs, c.lanes, c.row, c.rows, c.n_tiles, c.n_groups, c.group
             ),
         }
+    }
+}
+
+impl PlanChoice {
+    /// The kind's name in text.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            PlanChoice::Elementwise { .. } => "elementwise",
+            PlanChoice::Window => "window",
+            PlanChoice::Plain { .. } => "plain",
+            PlanChoice::Row { .. } => "row",
+            PlanChoice::Gemm { .. } => "register-blocked",
+            PlanChoice::Plane { .. } => "depthwise",
+            PlanChoice::Channel { .. } => "channel-vectorised",
+        }
+    }
+
+    /// The kind without its knobs.
+    pub fn kind(&self) -> PlanKind {
+        match self {
+            PlanChoice::Elementwise { .. } => PlanKind::Elementwise,
+            PlanChoice::Window => PlanKind::Window,
+            PlanChoice::Plain { .. } => PlanKind::Plain,
+            PlanChoice::Row { .. } => PlanKind::Row,
+            PlanChoice::Gemm { .. } => PlanKind::RegisterBlocked,
+            PlanChoice::Plane { .. } => PlanKind::Plane,
+            PlanChoice::Channel { .. } => PlanKind::Channel,
+        }
+    }
+
+    /// The knobs as `(name, value)` pairs (flags as 0 and 1), in text order.
+    pub fn knobs(&self) -> Vec<(&'static str, u32)> {
+        let b = u32::from;
+        match *self {
+            PlanChoice::Elementwise { copy } => vec![("copy", b(copy))],
+            PlanChoice::Window => vec![],
+            PlanChoice::Plain { simd } => vec![("simd", b(simd))],
+            PlanChoice::Row { jam, acc } => vec![("jam", jam.into()), ("acc", acc)],
+            PlanChoice::Gemm {
+                vecs,
+                rows,
+                prefetch,
+            } => vec![
+                ("vecs", vecs.into()),
+                ("rows", rows.into()),
+                ("prefetch", b(prefetch)),
+            ],
+            PlanChoice::Plane {
+                parts,
+                band,
+                flat,
+                chan,
+                prefetch,
+            } => vec![
+                ("parts", parts.into()),
+                ("band", band.into()),
+                ("flat", b(flat)),
+                ("chan", b(chan)),
+                ("prefetch", b(prefetch)),
+            ],
+            PlanChoice::Channel { vecs, rows, kc } => vec![
+                ("vecs", vecs.into()),
+                ("rows", rows.into()),
+                ("kc", kc.into()),
+            ],
+        }
+    }
+
+    /// The legal range of every knob of a kind, by name (flags 0..=1). What a tuner searches
+    /// and a seed draws from; the planner legalises a knob to what fits the stage.
+    pub fn ranges(kind: PlanKind) -> &'static [(&'static str, u32, u32)] {
+        match kind {
+            PlanKind::Elementwise => &[("copy", 0, 1)],
+            PlanKind::Window => &[],
+            PlanKind::Plain => &[("simd", 0, 1)],
+            PlanKind::Row => &[("jam", 1, 8), ("acc", 64, 65536)],
+            PlanKind::RegisterBlocked => &[("vecs", 1, 4), ("rows", 1, 8), ("prefetch", 0, 1)],
+            PlanKind::Plane => &[
+                ("parts", 1, 8),
+                ("band", 1, 65535),
+                ("flat", 0, 1),
+                ("chan", 0, 1),
+                ("prefetch", 0, 1),
+            ],
+            PlanKind::Channel => &[("vecs", 1, 4), ("rows", 1, 24), ("kc", 1, 1024)],
+        }
+    }
+
+    /// The choice of `kind` with the knobs `value` gives by name (each in its range; none
+    /// missing).
+    pub fn from_knobs(kind: PlanKind, value: &dyn Fn(&str) -> u32) -> PlanChoice {
+        let flag = |k: &str| value(k) != 0;
+        match kind {
+            PlanKind::Elementwise => PlanChoice::Elementwise { copy: flag("copy") },
+            PlanKind::Window => PlanChoice::Window,
+            PlanKind::Plain => PlanChoice::Plain { simd: flag("simd") },
+            PlanKind::Row => PlanChoice::Row {
+                jam: value("jam") as u8,
+                acc: value("acc"),
+            },
+            PlanKind::RegisterBlocked => PlanChoice::Gemm {
+                vecs: value("vecs") as u8,
+                rows: value("rows") as u8,
+                prefetch: flag("prefetch"),
+            },
+            PlanKind::Plane => PlanChoice::Plane {
+                parts: value("parts") as u8,
+                band: value("band") as u16,
+                flat: flag("flat"),
+                chan: flag("chan"),
+                prefetch: flag("prefetch"),
+            },
+            PlanKind::Channel => PlanChoice::Channel {
+                vecs: value("vecs") as u8,
+                rows: value("rows") as u8,
+                kc: value("kc") as u16,
+            },
+        }
+    }
+}
+
+impl PlanKind {
+    /// Every kind.
+    pub const ALL: [PlanKind; 7] = [
+        PlanKind::Elementwise,
+        PlanKind::Window,
+        PlanKind::Plain,
+        PlanKind::Row,
+        PlanKind::RegisterBlocked,
+        PlanKind::Plane,
+        PlanKind::Channel,
+    ];
+}
+
+/// `register-blocked vecs=3 rows=8 prefetch=0`: the kind, then every knob.
+impl fmt::Display for PlanChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind_name())?;
+        for (k, v) in self.knobs() {
+            write!(f, " {k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a choice back from its text or from a whole plan's line (what follows ` | ` is what
+/// the choice gives a stage, not a choice, and is not read). Every knob of the kind must be
+/// present once and in its range.
+impl std::str::FromStr for PlanChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PlanChoice, String> {
+        let text = s.split(" | ").next().unwrap_or("").trim();
+        let mut words = text.split_whitespace();
+        let name = words.next().ok_or("an empty plan")?;
+        let kind = PlanKind::ALL
+            .into_iter()
+            .find(|&k| {
+                PlanChoice::from_knobs(k, &|_| 1).kind_name() == name
+            })
+            .ok_or_else(|| {
+                format!(
+                    "unknown plan kind `{name}` (known: elementwise, window, plain, row, register-blocked, depthwise, channel-vectorised)"
+                )
+            })?;
+        let ranges = PlanChoice::ranges(kind);
+        let mut values: Vec<Option<u32>> = vec![None; ranges.len()];
+        for part in words {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("plan knob `{part}` is not `name=value`"))?;
+            let at = ranges.iter().position(|r| r.0 == k).ok_or_else(|| {
+                let known: Vec<&str> = ranges.iter().map(|r| r.0).collect();
+                format!(
+                    "unknown knob `{k}` of a {name} plan (known: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )
+            })?;
+            let v: u32 = v
+                .parse()
+                .map_err(|_| format!("plan knob `{k}` has a non-integer value `{v}`"))?;
+            let (_, lo, hi) = ranges[at];
+            if !(lo..=hi).contains(&v) {
+                return Err(format!(
+                    "plan knob `{k}={v}` is out of its range {lo}..={hi}"
+                ));
+            }
+            if values[at].replace(v).is_some() {
+                return Err(format!("plan knob `{k}` given twice"));
+            }
+        }
+        if let Some(at) = values.iter().position(Option::is_none) {
+            return Err(format!(
+                "the {name} plan `{text}` lacks its knob `{}`",
+                ranges[at].0
+            ));
+        }
+        Ok(PlanChoice::from_knobs(kind, &|k| {
+            let at = ranges
+                .iter()
+                .position(|r| r.0 == k)
+                .expect("a knob of the kind");
+            values[at].expect("checked")
+        }))
     }
 }

@@ -336,7 +336,7 @@ mod tests {
             materialize: false,
             part: 3,
             exec: Exec::Generated,
-            schedule: None,
+            choice: None,
         };
         assert_eq!(
             st.to_string(),

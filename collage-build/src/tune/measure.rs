@@ -209,7 +209,7 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
     k.outputs.push(k.bufs.len() as BufId - 1);
     k.output_names.push(own.name.clone());
     // The kernel alone is planned as it was in its program: its stage and operands are the same.
-    codegen::plan(&mut k, &crate::target::Target::for_build());
+    codegen::plan(&mut k, &crate::target::Target::for_build(), None);
     debug_assert_eq!(
         k.plans.last(),
         p.plans.get(stage as usize),

@@ -325,11 +325,11 @@ impl<'a> Pricer<'a> {
         let target = crate::target::Target::for_build();
         if p.outputs.is_empty() {
             // Nothing to compute (a node that forwards its input): no kernel, no cost.
-            codegen::plan(&mut p, &target);
+            codegen::plan(&mut p, &target, None);
             return Some(p);
         }
         te::fuse(&mut p);
-        codegen::layout_and_group(&mut p, &target);
+        codegen::layout_and_group(&mut p, &target, None);
         Some(p)
     }
 

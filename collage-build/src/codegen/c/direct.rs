@@ -181,7 +181,7 @@ fn direct(
         materialize: true,
         part: ast.part,
         exec: Exec::Generated,
-        schedule: None,
+        choice: None,
     });
     let src = if padded.is_some() { a as u32 } else { *xb };
     // The contraction's read: `xp` at the im2col's index, its reduction part first.

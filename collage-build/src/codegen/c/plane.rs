@@ -24,10 +24,6 @@ use crate::ir::strides;
 use crate::schedule::plan::MAX_LANES;
 use crate::te::{PlanePlan, Src, Stage};
 
-/// Input planes of at least this many bytes (a page) have the next task's plane prefetched
-/// while a task copies its rows.
-const PREFETCH_PLANE_BYTES: usize = 4096;
-
 impl PlanePlan {
     /// The stage's kernel for a variant of `lanes` f32 lanes.
     pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
@@ -161,7 +157,7 @@ impl PlanePlan {
         // while this one copies: planes of a page or more each start on a page of their own,
         // where the hardware's prefetchers stop.
         let plane_floats = h.input * w.input;
-        if plane_floats * 4 >= PREFETCH_PLANE_BYTES {
+        if self.prefetch {
             writeln!(
                 s,
                 "                for (int64_t k = 0; k < {}; k += {CACHE_LINE}) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",

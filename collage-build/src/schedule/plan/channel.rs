@@ -1,7 +1,7 @@
 //! The channel-vectorised plan (`te::ChannelPlan`): contractions over short rows vectorised along
 //! their output channels; `codegen/c/channel.rs` prints it.
 use crate::schedule::analysis::{channel_axis, load_coef, vectorizable};
-use crate::schedule::Schedule;
+use crate::schedule::kernel::gemm_defaults;
 use crate::target::Cpu;
 use crate::te::{ChannelPlan, Expr, Program, Stage};
 
@@ -19,12 +19,14 @@ const KC: usize = 256;
 const MIN_TASKS: usize = 16;
 
 /// The channel-vectorised plan of `st` for `lanes` f32 lanes, if it contracts along a channel
-/// axis ([`channel_axis`]).
+/// axis ([`channel_axis`]); `knobs` (vectors of channels, columns per tile, reduction block),
+/// when given, replace the defaults, each legalised.
 pub(crate) fn channel_plan(
     p: &Program,
     st: &Stage,
     lanes: usize,
     cpu: &Cpu,
+    knobs: Option<(u8, u8, u16)>,
 ) -> Option<ChannelPlan> {
     // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
     // weight transposed (its channels contiguous).
@@ -39,20 +41,23 @@ pub(crate) fn channel_plan(
         return None;
     }
     let row = shape.len() - 1;
-    let sched = Schedule::of_row(st, shape[c], lanes, cpu);
-    let vecs = (1..=(sched.vecs as usize).clamp(1, 4))
+    let want_vecs = match knobs {
+        Some((v, _, _)) => v as usize,
+        None => gemm_defaults(shape[c], lanes, cpu).0,
+    };
+    let vecs = (1..=want_vecs.clamp(1, 4))
         .rev()
         .find(|k| shape[c].is_multiple_of(k * lanes))?;
     let budget = if lanes >= 16 { ACCS_32 } else { ACCS_16 };
-    let rows = match st.schedule {
-        Some(s) => s.rows as usize,
+    let rows = match knobs {
+        Some((_, r, _)) => r as usize,
         None => budget / vecs,
     }
     .clamp(1, shape[row]);
     let tile = vecs * lanes;
     let k = r.extents[0];
-    let kc = match st.schedule {
-        Some(s) => (s.acc_bytes as usize / (tile * 4)).clamp(16, 1024),
+    let kc = match knobs {
+        Some((_, _, kc)) => (kc as usize).clamp(1, 1024),
         None => KC,
     }
     .min(k);

@@ -21,63 +21,169 @@ use crate::schedule::analysis::{
     coef, conjuncts, contiguous_along, contiguous_along_r, load_coef, split_body, split_factor,
     uses_var, vectorizable,
 };
-use crate::schedule::Schedule;
+use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
 use crate::te::{
-    BinOp, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, Program, RedOp,
-    RowPlan, Scalar, Src, Stage, UnOp, WindowPlan,
+    BinOp, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, PlanChoice,
+    PlanKind, Program, RedOp, RowPlan, Scalar, Src, Stage, UnOp, WindowPlan,
 };
 pub(crate) use plane::MAX_LANES;
 
 /// Bytes of a cache line: the step of the prefetches.
 pub(crate) const CACHE_LINE: usize = 64;
 
-/// The plan of stage `st` of `p` for the variant `isa` on `cpu` (see the module
-/// documentation for the order in which the kinds are tried).
-pub fn plan_stage(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> KernelPlan {
+/// The order in which a stage's kinds are tried when nothing is chosen: the first that fits
+/// is its default plan.
+const ORDER: [PlanKind; 7] = [
+    PlanKind::Plane,
+    PlanKind::Channel,
+    PlanKind::RegisterBlocked,
+    PlanKind::Row,
+    PlanKind::Window,
+    PlanKind::Plain,
+    PlanKind::Elementwise,
+];
+
+/// The plan of stage `st` of `p` for the variant `isa` on `cpu`: `choice` realised for the
+/// stage (its knobs legalised) when its kind fits the stage, else the first kind of [`ORDER`]
+/// that fits, with the target's default knobs.
+pub fn plan_stage(
+    p: &Program,
+    st: &Stage,
+    isa: Isa,
+    cpu: &Cpu,
+    choice: Option<PlanChoice>,
+) -> KernelPlan {
+    if let Some(plan) = choice.and_then(|c| plan_kind(p, st, isa, cpu, c.kind(), Some(c))) {
+        return plan;
+    }
+    ORDER
+        .iter()
+        .find_map(|&k| plan_kind(p, st, isa, cpu, k, None))
+        .expect("every stage has a loop nest: plain or elementwise")
+}
+
+/// The kinds that fit stage `st` (for `isa` on `cpu`), in [`ORDER`]: what a tuner or a seed
+/// may choose among.
+pub fn kinds_that_fit(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> Vec<PlanKind> {
+    ORDER
+        .into_iter()
+        .filter(|&k| plan_kind(p, st, isa, cpu, k, None).is_some())
+        .collect()
+}
+
+/// The plan of kind `kind` for `st`, with the knobs of `choice` (a choice of that kind) or
+/// the target's defaults; `None` if the kind does not fit the stage.
+fn plan_kind(
+    p: &Program,
+    st: &Stage,
+    isa: Isa,
+    cpu: &Cpu,
+    kind: PlanKind,
+    choice: Option<PlanChoice>,
+) -> Option<KernelPlan> {
     let lanes = isa.lanes();
     let shape = &st.ty.shape;
     let rank = shape.len();
-    if let Some(r) = &st.reduce {
-        if let Some(pp) = plane::plane_plan(p, st) {
-            return KernelPlan::Plane(pp);
+    let row_reduce = || {
+        st.reduce.is_some()
+            && rank >= 1
+            && shape[rank - 1] >= 4
+            && contiguous_along(p, &st.body, rank as u32 - 1)
+    };
+    match (kind, st.reduce.as_ref()) {
+        (PlanKind::Elementwise, None) => {
+            let copy = match choice {
+                Some(PlanChoice::Elementwise { copy }) => copy,
+                _ => true,
+            };
+            Some(KernelPlan::Injective(injective_plan(p, st, copy)))
         }
-        if let Some(cp) = channel::channel_plan(p, st, lanes, cpu) {
-            return KernelPlan::Channel(cp);
+        (_, None) | (PlanKind::Elementwise, Some(_)) => None,
+        (PlanKind::Plane, Some(_)) => {
+            let knobs = match choice {
+                Some(PlanChoice::Plane {
+                    parts,
+                    band,
+                    flat,
+                    chan,
+                    prefetch,
+                }) => Some(plane::PlaneKnobs {
+                    parts,
+                    band,
+                    flat,
+                    chan,
+                    prefetch,
+                }),
+                _ => None,
+            };
+            plane::plane_plan(p, st, knobs).map(KernelPlan::Plane)
         }
-        if rank >= 1 && shape[rank - 1] >= 4 && contiguous_along(p, &st.body, rank as u32 - 1) {
-            if let Some(g) = gemm_plan(p, st, lanes, cpu) {
-                return KernelPlan::Gemm(g);
+        (PlanKind::Channel, Some(_)) => {
+            let knobs = match choice {
+                Some(PlanChoice::Channel { vecs, rows, kc }) => Some((vecs, rows, kc)),
+                _ => None,
+            };
+            channel::channel_plan(p, st, lanes, cpu, knobs).map(KernelPlan::Channel)
+        }
+        (PlanKind::RegisterBlocked, Some(_)) if row_reduce() => {
+            let (vecs, rows, prefetch) = match choice {
+                Some(PlanChoice::Gemm {
+                    vecs,
+                    rows,
+                    prefetch,
+                }) => (vecs as usize, rows as usize, prefetch),
+                _ => {
+                    let (v, r) = gemm_defaults(shape[rank - 1], lanes, cpu);
+                    (v, r, true)
+                }
+            };
+            gemm_plan(p, st, lanes, vecs, rows, prefetch).map(KernelPlan::Gemm)
+        }
+        (PlanKind::Row, Some(_)) if row_reduce() && shape[rank - 1] <= MAX_ACC_ROW => {
+            let (jam, acc) = match choice {
+                Some(PlanChoice::Row { jam, acc }) => (jam as usize, acc),
+                _ => row_defaults(cpu),
+            };
+            Some(KernelPlan::Row(row_plan(p, st, jam, acc)))
+        }
+        (PlanKind::Window, Some(r)) => {
+            let outer = outer_dims(shape);
+            if rank <= outer || !(8..=4096).contains(&shape[rank - 1]) {
+                return None;
             }
-            if shape[rank - 1] <= MAX_ACC_ROW {
-                return KernelPlan::Row(row_plan(p, st, lanes, cpu));
-            }
+            let window = window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1)?;
+            Some(KernelPlan::Window(WindowPlan {
+                outer,
+                n_outer: shape[..outer].iter().product(),
+                window,
+            }))
         }
-        let outer = outer_dims(shape);
-        let n_outer = shape[..outer].iter().product();
-        // A padded window (pooling): window loops outside, the row of outputs inside.
-        if rank > outer && (8..=4096).contains(&shape[rank - 1]) {
-            if let Some(window) = window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1) {
-                return KernelPlan::Window(WindowPlan {
-                    outer,
-                    n_outer,
-                    window,
-                });
-            }
+        (PlanKind::Plain, Some(r)) => {
+            let outer = outer_dims(shape);
+            // Vectorised only over a long enough innermost reduction: a pooling window's three
+            // columns cost more as a vector (setup, horizontal reduction) than as scalars.
+            let last_r = r.extents.len().saturating_sub(1);
+            let simd = !matches!(choice, Some(PlanChoice::Plain { simd: false }))
+                && matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
+                && st.ty.dtype.is_float()
+                && r.extents.last().is_some_and(|&e| e >= MIN_SIMD_REDUCTION)
+                && contiguous_along_r(p, &st.body, last_r as u32);
+            Some(KernelPlan::Plain(PlainPlan {
+                outer,
+                n_outer: shape[..outer].iter().product(),
+                simd,
+            }))
         }
-        // Vectorised only over a long enough innermost reduction: a pooling window's three
-        // columns cost more as a vector (setup, horizontal reduction) than as scalars.
-        let last_r = r.extents.len().saturating_sub(1);
-        let simd = matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
-            && st.ty.dtype.is_float()
-            && r.extents.last().is_some_and(|&e| e >= MIN_SIMD_REDUCTION)
-            && contiguous_along_r(p, &st.body, last_r as u32);
-        return KernelPlan::Plain(PlainPlan {
-            outer,
-            n_outer,
-            simd,
-        });
+        _ => None,
     }
+}
+
+/// An injective stage's loop nest; `copy`: copy a guarded stride-1 f32 load in whole vectors
+/// where there is one.
+fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
+    let shape = &st.ty.shape;
+    let rank = shape.len();
     let outer = injective_outer_dims(shape);
     let n_outer = shape[..outer].iter().product();
     // The innermost index read only as `i / W` and `i % W` (an im2col over a flattened image):
@@ -89,10 +195,14 @@ pub fn plan_stage(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> KernelPlan {
     };
     // A body `guard ? value : 0` with the guard affine in the innermost loop variable
     // (padding): that loop runs as three ranges (zeros, values, zeros).
+    let v = match split {
+        Some(_) => rank as u32 + 1,
+        None => rank as u32 - 1,
+    };
     let guard = if rank > outer {
-        let (v, body) = match split {
-            Some(w) => (rank as u32 + 1, split_body(&st.body, rank - 1, w)),
-            None => (rank as u32 - 1, st.body.clone()),
+        let body = match split {
+            Some(w) => split_body(&st.body, rank - 1, w),
+            None => st.body.clone(),
         };
         let zero = Scalar::from_f64(st.ty.dtype, 0.0);
         window::split(&body, zero, v).filter(|g| {
@@ -108,12 +218,22 @@ pub fn plan_stage(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> KernelPlan {
     } else {
         None
     };
-    KernelPlan::Injective(InjectivePlan {
+    // A guarded value that is an f32 load walking its source with stride 1 along the loop (an
+    // im2col's shifted row) is copied in whole vectors.
+    let copy = copy
+        && guard.as_ref().is_some_and(|g| {
+            st.ty.dtype == DType::F32
+                && matches!(&g.value, Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _)
+                    if p.bufs[*b as usize].ty.dtype == DType::F32 && !p.bufs[*b as usize].packed)
+                && load_coef(p, &g.value, v) == Some(1)
+        });
+    InjectivePlan {
         outer,
         n_outer,
         split,
         guard,
-    })
+        copy,
+    }
 }
 
 /// The stage a plan is chosen for at buffer `b`: a generated stage itself; for a library call,
@@ -132,8 +252,17 @@ pub type Rest<'a> = dyn Fn(&Program, u32) -> Option<Expr> + 'a;
 
 /// The plans of every stage of `p` for `target`, indexed by buffer, each with one plan per
 /// variant of [`Isa::ALL`] (none for buffers that are not stages, or that a library call
-/// computes whole: `rest` says what of a library call's finalize is left).
-pub fn plan_program(p: &Program, target: &Target, rest: &Rest<'_>) -> Vec<Vec<KernelPlan>> {
+/// computes whole: `rest` says what of a library call's finalize is left). A stage's own
+/// choice (`Stage::choice`) is realised where its kind fits; with `seed`, every other stage
+/// draws a kind (its default half of the time, else any kind that fits it) and a point of that
+/// kind's space (tests of the whole space: results must not change, only speed), from the
+/// seed, its buffer and the variant.
+pub fn plan_program(
+    p: &Program,
+    target: &Target,
+    rest: &Rest<'_>,
+    seed: Option<u64>,
+) -> Vec<Vec<KernelPlan>> {
     let fallback;
     let cpu = match target.cpu() {
         Some(c) => c,
@@ -144,10 +273,35 @@ pub fn plan_program(p: &Program, target: &Target, rest: &Rest<'_>) -> Vec<Vec<Ke
     };
     (0..p.bufs.len() as u32)
         .map(|b| match planned_stage(p, b, rest) {
-            Some(st) => Isa::ALL
-                .iter()
-                .map(|&isa| plan_stage(p, &st, isa, cpu))
-                .collect(),
+            Some(st) => {
+                // The kind is drawn once for the stage (the same in every variant where the
+                // same kinds fit): its default half of the time, else any kind that fits.
+                let stage_seed = seed.map(|s| s ^ u64::from(b).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let pick = stage_seed.map(|s| {
+                    let mut d = Draw::new(s);
+                    (d.below(2) == 1, d.below(1 << 16) as usize)
+                });
+                Isa::ALL
+                    .iter()
+                    .map(|&isa| {
+                        let drawn = || {
+                            let (any, k) = pick?;
+                            let kinds = kinds_that_fit(p, &st, isa, cpu);
+                            let kind = if any {
+                                kinds[k % kinds.len()]
+                            } else {
+                                kinds[0]
+                            };
+                            let mut draw = Draw::new(
+                                stage_seed?
+                                    ^ (isa.index() as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03),
+                            );
+                            Some(random_choice(kind, &mut draw))
+                        };
+                        plan_stage(p, &st, isa, cpu, st.choice.or_else(drawn))
+                    })
+                    .collect()
+            }
             None => Vec::new(),
         })
         .collect()
@@ -269,8 +423,7 @@ pub(crate) const STREAM_BYTES: usize = 1 << 20;
 pub(crate) const PREFETCH_TILE_BYTES: usize = 16 << 10;
 
 /// The row-reduction plan of `st` (see [`RowPlan`]).
-fn row_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> RowPlan {
-    let sched = Schedule::of(st, lanes, cpu);
+fn row_plan(p: &Program, st: &Stage, max_jam: usize, acc: u32) -> RowPlan {
     let shape = &st.ty.shape;
     let rank = shape.len();
     let v = rank - 1;
@@ -303,7 +456,7 @@ fn row_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> RowPlan {
         if !free || shape[k] < 2 {
             continue;
         }
-        if let Some(j) = (2..=sched.jam as usize)
+        if let Some(j) = (2..=max_jam)
             .rev()
             .find(|j| shape[k].is_multiple_of(*j) && j * row_bytes <= MAX_ACC_BYTES)
         {
@@ -314,7 +467,7 @@ fn row_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> RowPlan {
     let outer: Vec<usize> = (0..v).collect();
     let jn = jam.map_or(1, |(_, j)| j);
     // Tiles of the row small enough that jn rows of accumulators fit the schedule's bytes.
-    let per_tile = ((sched.acc_bytes as usize / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
+    let per_tile = ((acc as usize / (jn * st.ty.dtype.size())).max(16) / 16) * 16;
     let tile = shape[v].min(per_tile);
     let n_tiles = shape[v].div_ceil(tile);
     let n_outer = outer
@@ -331,6 +484,8 @@ fn row_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> RowPlan {
     RowPlan {
         v,
         jam,
+        max_jam,
+        acc,
         tile,
         outer,
         n_outer,
@@ -362,7 +517,14 @@ fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<
 }
 
 /// The register-blocked plan of `st`, if it is a contraction-like f32 sum (see [`GemmPlan`]).
-fn gemm_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> Option<GemmPlan> {
+fn gemm_plan(
+    p: &Program,
+    st: &Stage,
+    lanes: usize,
+    vecs: usize,
+    rows: usize,
+    prefetch: bool,
+) -> Option<GemmPlan> {
     let r = st.reduce.as_ref()?;
     if r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
         return None;
@@ -386,13 +548,11 @@ fn gemm_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> Option<GemmPla
             row_loads.push(e.clone());
         }
     });
-    // The stage's schedule, legalised: no wider than the row, rows that divide a dimension.
-    let sched = Schedule::of(st, lanes, cpu);
-    let vecs = (sched.vecs as usize).min(shape[v] / lanes).max(1);
-    // The rows: the largest count up to the schedule's that divides the dimension, unless
-    // that is under half the schedule's (a prime count of rows, such as a transformer's
-    // 197 tokens), where blocks of the schedule's rows run with a shorter last block.
-    let rows = sched.rows as usize;
+    // The knobs, legalised: no wider than the row, rows that divide a dimension.
+    let vecs = vecs.min(shape[v] / lanes).max(1);
+    // The rows: the largest count up to the knob's that divides the dimension, unless that is
+    // under half the knob's (a prime count of rows, such as a transformer's 197 tokens), where
+    // blocks of the knob's rows run with a shorter last block.
     let mut jam = None;
     let mut jam_rem = 0;
     for k in (0..v).rev() {
@@ -431,13 +591,18 @@ fn gemm_plan(p: &Program, st: &Stage, lanes: usize, cpu: &Cpu) -> Option<GemmPla
         })
         .product::<usize>()
         * n_tiles;
-    let prefetch = prefetched(p, r.extents.iter().product(), &row_loads, vecs * lanes);
+    let prefetch = if prefetch {
+        prefetched(p, r.extents.iter().product(), &row_loads, vecs * lanes)
+    } else {
+        Vec::new()
+    };
     Some(GemmPlan {
         v,
         jam,
         jam_rem,
         lanes,
         vecs,
+        rows,
         outer,
         n_outer,
         prefetch,

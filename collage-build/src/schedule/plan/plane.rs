@@ -25,7 +25,11 @@ pub(crate) const MAX_LANES: usize = 16;
 /// The plane plan for `st` when it is a depthwise window reduction: an f32 sum over taps of
 /// `x[n, c, sh * i2 + dh * a + oh, sw * i3 + dw * b + ow] * w(c, a, b)`, under a guard that
 /// only tests those two input indices against the input's extents.
-pub(crate) fn plane_plan(p: &Program, st: &Stage) -> Option<PlanePlan> {
+///
+/// `knobs` (parts, band, flat, chan, prefetch), when given, replace the rules: parts and band
+/// are clamped to what the plane and the scratch take, a flag whose condition does not hold is
+/// off.
+pub(crate) fn plane_plan(p: &Program, st: &Stage, knobs: Option<PlaneKnobs>) -> Option<PlanePlan> {
     let r = st.reduce.as_ref()?;
     let shape = &st.ty.shape;
     if r.op != RedOp::Sum || st.ty.dtype != DType::F32 || shape.len() != 4 {
@@ -125,7 +129,8 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage) -> Option<PlanePlan> {
             }
         }
     }
-    let flat = h.stride == 1
+    let flat = knobs.is_none_or(|k| k.flat)
+        && h.stride == 1
         && w.stride == 1
         && w.out < FLAT_BELOW
         && r.finalize
@@ -141,10 +146,16 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage) -> Option<PlanePlan> {
         };
         h.span(rows) * row + outs <= SCRATCH_FLOATS
     })?;
-    let parts = parts_for(h.out);
+    let parts = match knobs {
+        Some(k) => (k.parts as usize).clamp(1, h.out.min(8)),
+        None => parts_for(h.out),
+    };
     let part_rows = h.out.div_ceil(parts);
-    // As many bands per part as that needs, of even heights.
-    let band = part_rows.div_ceil(part_rows.div_ceil(most));
+    let band = match knobs {
+        Some(k) => (k.band as usize).clamp(1, most.min(part_rows)),
+        // As many bands per part as that needs, of even heights.
+        None => part_rows.div_ceil(part_rows.div_ceil(most)),
+    };
     let plane = Expr::flatten(
         &[idx[0].clone(), idx[1].clone(), Expr::i(0), Expr::i(0)],
         &xb.ty.shape,
@@ -155,8 +166,10 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage) -> Option<PlanePlan> {
     // rows than through the transposes. Whole blocks, a padded plane that fits the scratch,
     // an epilogue along the channels (a bias, a clip) that reads no spatial index (so
     // neither a residual nor the output itself).
-    let chan = (h.stride > 1 || w.stride > 1 || w.out < FLAT_BELOW / 2)
-        && shape[1].is_multiple_of(CHAN_BLOCK)
+    let chan = knobs.map_or(
+        h.stride > 1 || w.stride > 1 || w.out < FLAT_BELOW / 2,
+        |k| k.chan,
+    ) && shape[1].is_multiple_of(CHAN_BLOCK)
         && h.span(h.out) * w.span(w.out) * CHAN_BLOCK <= CHAN_SCRATCH_FLOATS
         && r.finalize
             .as_ref()
@@ -184,9 +197,26 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage) -> Option<PlanePlan> {
         flat: flat && !chan,
         chan,
         chan_block: CHAN_BLOCK,
+        prefetch: knobs.is_none_or(|k| k.prefetch)
+            && !chan
+            && h.input * w.input * 4 >= PREFETCH_PLANE_BYTES,
         n_outer,
     })
 }
+
+/// The knobs of a plane plan (`te::PlanChoice::Plane`'s).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlaneKnobs {
+    pub parts: u8,
+    pub band: u16,
+    pub flat: bool,
+    pub chan: bool,
+    pub prefetch: bool,
+}
+
+/// Input planes of at least this many bytes (a page) have the next task's plane prefetched
+/// while a task copies its rows.
+const PREFETCH_PLANE_BYTES: usize = 4096;
 
 /// Parts of a plane of `rows` output rows: tall planes are cut into 2, 4 or 8 parts of at
 /// least 14 rows, and the tasks run part-major (every plane's first part, then every plane's
