@@ -58,10 +58,149 @@ fn tune_then_explain_reads_every_kernel_back() {
         .measured
         .as_ref()
         .is_some_and(|e| e.median_us > 0.0 && e.p90_us >= e.median_us)));
+    // Each entry records the plan its kernel ran with: the one printed above the kernel's
+    // function for this machine's variant (library calls record the call).
+    let printed = printed_plans(&c.c_source);
+    for k in &reports {
+        let plan = &k.measured.as_ref().unwrap().params["plan"];
+        if k.backend == "c" {
+            assert!(
+                printed
+                    .iter()
+                    .any(|(f, t)| f.starts_with(&format!("k{}", k.id)) && t == plan),
+                "k{}: {plan}",
+                k.id
+            );
+        } else {
+            assert_eq!(plan, &format!("{} call", k.backend), "k{}", k.id);
+        }
+    }
     let text = report::render_text(&c.name, &reports);
     assert!(
         text.contains(&format!("over {kernels} of {kernels} kernels")),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The compiled model's kernel functions and the plans printed above them (`/* plan: .. */`).
+fn printed_plans(c_source: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut plan: Option<&str> = None;
+    for line in c_source.lines() {
+        if let Some(text) = line.strip_prefix("/* plan: ") {
+            plan = line.strip_suffix(" */").map(|_| &text[..text.len() - 3]);
+        } else if let Some(rest) = line.strip_prefix("static void ") {
+            if let Some(text) = plan.take() {
+                out.push((
+                    rest.split('(').next().unwrap().to_string(),
+                    text.to_string(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A build reads the plans a tuning run recorded: a kernel's cached plan is the one its code is
+/// generated from; a plan that does not parse, or whose kind does not fit the kernel, is a
+/// warning naming the kernel, and the kernel keeps its default plan.
+#[test]
+fn cached_plans_apply_and_bad_ones_are_warnings() {
+    use std::sync::Arc;
+
+    use collage_build::driver::Options;
+    use collage_build::ir::{DType, Graph, Tensor, TensorType};
+    use collage_build::ops::{Attrs, OpCx};
+    use collage_build::tune::{price, Entry};
+
+    let build = || {
+        let mut g = Graph::new("mm");
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, [12, 64])));
+        g.inputs.push(x);
+        let data: Vec<u8> = (0..64 * 96)
+            .flat_map(|i| ((i % 7) as f32 - 3.0).to_le_bytes())
+            .collect();
+        let ty = TensorType::new(DType::F32, [64, 96]);
+        let w = g.add_const("w", Tensor::from_bytes(ty, data).unwrap());
+        let y = g.add_value("y", None);
+        let op = collage_build::ops::lookup("MatMul").unwrap()(&OpCx {
+            attrs: &Attrs::default(),
+            opset: 17,
+            n_inputs: 2,
+            n_outputs: 1,
+        })
+        .unwrap();
+        g.add_node("mm", op, vec![Some(x), Some(w)], vec![y]);
+        g.outputs.push(y);
+        collage_build::passes::run(&mut g, collage_build::passes::PIPELINE).unwrap();
+        g
+    };
+    let target = TargetFingerprint::current("test");
+    let opts = |cache: Option<CostCache>| Options {
+        backends: "c".into(),
+        cache: cache.map(Arc::new),
+        target: Some(target.clone()),
+        ..Options::default()
+    };
+    let plain = collage_build::driver::compile_passed(build(), "t", &opts(None), &target).unwrap();
+    let p = &plain.program;
+    let id = (0..p.bufs.len() as u32)
+        .find(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
+        .unwrap();
+    let key = price::kernel_key(p, id, &target);
+    let with = |plan: &str| {
+        let mut cache = CostCache::new();
+        let mut params = std::collections::BTreeMap::new();
+        params.insert("plan".to_string(), plan.to_string());
+        cache
+            .insert(key.clone(), Entry::new(1.0, 1.0, 3, params).unwrap())
+            .unwrap();
+        collage_build::driver::compile_passed(build(), "t", &opts(Some(cache)), &target).unwrap()
+    };
+    let default = p
+        .plan(id, collage_build::te::Isa::Avx512)
+        .unwrap()
+        .to_string();
+    assert!(default.starts_with("register-blocked vecs=4"), "{default}");
+    // A tuned plan: every variant's kernel is generated from it.
+    let tuned = "register-blocked vecs=1 rows=2 prefetch=0";
+    let c = with(tuned);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let printed = printed_plans(&c.c_source);
+    let kernel: Vec<&String> = printed
+        .iter()
+        .filter(|(f, _)| f.starts_with(&format!("k{id}")))
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(kernel.len(), 3, "{printed:?}");
+    assert!(kernel.iter().all(|t| t.starts_with(tuned)), "{kernel:?}");
+    // Bad plans: a warning naming the kernel, and the default plan.
+    for (bad, why) in [
+        (
+            "register-blocked vecs=9 rows=2 prefetch=0",
+            "does not parse",
+        ),
+        ("RegisterBlocked", "does not parse"),
+        (
+            "depthwise parts=1 band=1 flat=0 chan=0 prefetch=0",
+            "no longer fits",
+        ),
+    ] {
+        let c = with(bad);
+        assert_eq!(c.warnings.len(), 1, "{bad}: {:?}", c.warnings);
+        let w = &c.warnings[0];
+        assert!(
+            w.contains(&format!("kernel k{id}")) && w.contains(why),
+            "{w}"
+        );
+        assert_eq!(
+            c.program
+                .plan(id, collage_build::te::Isa::Avx512)
+                .unwrap()
+                .to_string(),
+            default
+        );
+        assert_eq!(c.c_source, plain.c_source, "{bad}");
+    }
 }

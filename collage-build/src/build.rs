@@ -395,6 +395,9 @@ impl Build {
     ) -> Result<(BuiltModel, Option<(usize, String)>)> {
         let source = source.to_string();
         let c = crate::driver::compile(g, symbol, opts)?;
+        for w in &c.warnings {
+            self.warn(&format!("model {source}: {w}"));
+        }
         let misses = c
             .placement
             .as_ref()
@@ -450,6 +453,9 @@ impl Build {
                 .unwrap_or_default(),
         );
         let c = crate::driver::compile(g, &symbol, opts)?;
+        for w in &c.warnings {
+            eprintln!("warning: {w}");
+        }
         std::fs::create_dir_all(out).map_err(io_err(out))?;
         let mut files = write_sources(&c, out)?;
         let ir = out.join(format!("{symbol}.ir.txt"));

@@ -543,6 +543,9 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
 /// One warning when placement priced kernels without measurements: how many, and the command
 /// that measures them.
 fn warn_misses(c: &collage_build::Compiled, cache: Option<&Path>, model: &Path) {
+    for w in &c.warnings {
+        eprintln!("warning: {w}");
+    }
     if let Some(msg) = c
         .placement
         .as_ref()

@@ -49,6 +49,9 @@ pub struct Compiled {
     pub graph: Graph,
     /// What placement decided (absent for single-backend compiles).
     pub placement: Option<crate::partition::place::PlacementInfo>,
+    /// What the user should hear of (a cached plan that no longer parses or fits its kernel),
+    /// one message each.
+    pub warnings: Vec<String>,
 }
 
 /// Lowers every node of `g` (after the pass pipeline) into one [`Program`], every stage tagged
@@ -267,14 +270,82 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
 /// knobs: `COLLAGE_NO_PACK` (no packing, no groups), `COLLAGE_NO_GROUPS` (no groups). `seed`
 /// draws every stage's plan from the space ([`crate::schedule::plan_program`]).
 pub fn layout_and_group(p: &mut Program, target: &Target, seed: Option<u64>) {
-    let layout = std::env::var_os("COLLAGE_NO_PACK").is_none();
-    if layout {
+    if std::env::var_os("COLLAGE_NO_PACK").is_none() {
         c::pack_weights(p);
     }
+    plan_and_group(p, target, seed);
+}
+
+/// The plans ([`plan`]) and then the groups of a laid-out program (no groups without weight
+/// packing, whose panels they are made of).
+pub fn plan_and_group(p: &mut Program, target: &Target, seed: Option<u64>) {
+    p.groups.clear();
     plan(p, target, seed);
-    if layout && std::env::var_os("COLLAGE_NO_GROUPS").is_none() {
+    if std::env::var_os("COLLAGE_NO_PACK").is_none()
+        && std::env::var_os("COLLAGE_NO_GROUPS").is_none()
+    {
         p.groups = crate::schedule::plan_groups(p, &crate::schedule::tile_widths);
     }
+}
+
+/// Where a build finds a kernel's chosen plan: the text a tuning run recorded for kernel `id`
+/// of a planned program (the cost cache's entry for its key), if any.
+pub type CachedPlan<'a> = dyn Fn(&Program, u32) -> Option<String> + 'a;
+
+/// Applies the plans `cached` holds to the kernels of the planned program `p` (each stage's
+/// `choice`), then plans and groups it again. A plan that does not parse, or whose kind no
+/// longer fits its stage, is left out with a warning naming the kernel: the kernel keeps its
+/// default plan, never a wrong one.
+pub fn apply_cached_plans(
+    p: &mut Program,
+    target: &Target,
+    cached: &CachedPlan<'_>,
+    warnings: &mut Vec<String>,
+) {
+    let fallback;
+    let cpu = match target.cpu() {
+        Some(c) => c,
+        None => {
+            fallback = Target::default_for(std::env::consts::ARCH);
+            fallback.cpu().expect("a CPU default")
+        }
+    };
+    let mut chosen = Vec::new();
+    for id in 0..p.bufs.len() as u32 {
+        let Some(st) = p.stage(id) else { continue };
+        if st.exec != te::Exec::Generated || p.plans[id as usize].is_empty() {
+            continue;
+        }
+        let Some(text) = cached(p, id) else { continue };
+        let name = &st.name;
+        match text.parse::<te::PlanChoice>() {
+            Err(e) => warnings.push(format!(
+                "kernel k{id} ({name}): its cached plan `{text}` does not parse ({e}); it runs its default plan"
+            )),
+            Ok(choice) => {
+                let fits = te::Isa::ALL.iter().any(|&isa| {
+                    crate::schedule::plan::kinds_that_fit(p, st, isa, cpu).contains(&choice.kind())
+                });
+                if fits {
+                    chosen.push((id, choice));
+                } else {
+                    warnings.push(format!(
+                        "kernel k{id} ({name}): its cached plan `{text}` no longer fits the kernel (a {} plan does not apply to it); it runs its default plan",
+                        choice.kind_name()
+                    ));
+                }
+            }
+        }
+    }
+    if chosen.is_empty() {
+        return;
+    }
+    for (id, choice) in chosen {
+        if let BufKind::Stage(st) = &mut p.bufs[id as usize].kind {
+            st.choice = Some(choice);
+        }
+    }
+    plan_and_group(p, target, None);
 }
 
 /// Chooses every stage's kernel plan for `target` and stores them on `p` (`Program::plans`):
@@ -302,21 +373,27 @@ pub fn plan(p: &mut Program, target: &Target, seed: Option<u64>) {
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
 /// `assign`: lowering, fusion, memory placement, C code.
 pub fn compile_assigned(g: Graph, symbol: &str, assign: NodeAssign) -> Result<Compiled> {
-    compile_scheduled(g, symbol, assign, None)
+    compile_scheduled(g, symbol, assign, None, None)
 }
 
-/// [`compile_assigned`], with every generated reduction stage's schedule drawn from the space
-/// at random when `seed` is set (each stage from `seed` and its buffer index): tests of the
-/// whole schedule space.
+/// [`compile_assigned`], with every stage's plan drawn from the space at random when `seed` is
+/// set (tests of the whole plan space), and the kernels' plans that `cached` holds (a tuning
+/// run's) applied ([`apply_cached_plans`]).
 pub fn compile_scheduled(
     g: Graph,
     symbol: &str,
     assign: NodeAssign,
     seed: Option<u64>,
+    cached: Option<&CachedPlan<'_>>,
 ) -> Result<Compiled> {
     let mut p = lower_graph_with(&g, assign)?;
     te::fuse(&mut p);
-    layout_and_group(&mut p, &Target::for_build(), seed);
+    let target = Target::for_build();
+    layout_and_group(&mut p, &target, seed);
+    let mut warnings = Vec::new();
+    if let Some(cached) = cached {
+        apply_cached_plans(&mut p, &target, cached, &mut warnings);
+    }
     let (places, weights, arena_size) = place(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {
@@ -369,5 +446,6 @@ pub fn compile_scheduled(
         program: p,
         graph: g,
         placement: None,
+        warnings,
     })
 }

@@ -111,7 +111,21 @@ pub fn compile_passed(
 ) -> Result<Compiled> {
     let info = place_graph(&g, opts, target)?;
     let assign = assignment(&g, &info);
-    let mut c = codegen::compile_scheduled(g, symbol, &|n| assign[n], opts.schedule_seed)?;
+    // The plans a tuning run recorded for this target's kernels.
+    let cached = |p: &crate::te::Program, id: u32| {
+        let cache = opts.cache.as_deref()?;
+        let key = crate::tune::price::kernel_key(p, id, target);
+        cache.get(&key)?.params.get("plan").cloned()
+    };
+    let mut c = codegen::compile_scheduled(
+        g,
+        symbol,
+        &|n| assign[n],
+        opts.schedule_seed,
+        opts.cache
+            .is_some()
+            .then_some(&cached as &codegen::CachedPlan<'_>),
+    )?;
     c.placement = Some(info);
     Ok(c)
 }

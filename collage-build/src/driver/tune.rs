@@ -6,7 +6,7 @@ use super::{compile_passed, Options};
 use crate::backend;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
-use crate::te::{self, BufId, Program};
+use crate::te::{BufId, Program};
 use crate::tune::measure;
 use crate::tune::price::{kernel_key, Pricer};
 use crate::tune::{CostCache, Key, TargetFingerprint};
@@ -79,13 +79,7 @@ pub fn tune_candidates(
             let m = h.time(&exec, &budget);
             let st = p.stage(*id).expect("a stage");
             let mut params = std::collections::BTreeMap::new();
-            params.insert(
-                "plan".to_string(),
-                match st.exec {
-                    te::Exec::Generated => crate::tune::measure::plan_text(p, *id),
-                    ref e => format!("{} call", e.backend()),
-                },
-            );
+            params.insert("plan".to_string(), crate::tune::measure::plan_text(p, *id));
             let bad = |e: String| Error::Model {
                 model: g.name.clone(),
                 detail: format!("kernel {}: {e}", st.name),

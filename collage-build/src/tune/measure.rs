@@ -219,15 +219,22 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
 }
 
 /// The text of the plan stage `id` of `p` runs with on this machine (the variant the generated
-/// code dispatches to here): what the cost cache records beside a measurement.
+/// code dispatches to here), or `<backend> call` for a library call: what the cost cache records
+/// beside a measurement.
 pub fn plan_text(p: &Program, id: BufId) -> String {
+    if let Some(st) = p
+        .stage(id)
+        .filter(|st| st.exec != crate::te::Exec::Generated)
+    {
+        return format!("{} call", st.exec.backend());
+    }
     let isa = match crate::target::Target::host().cpu().map(|c| c.isa) {
         Some(crate::target::VectorIsa::Avx512) => Isa::Avx512,
         Some(crate::target::VectorIsa::Avx2) => Isa::Avx2,
         _ => Isa::Base,
     };
     p.plan(id, isa)
-        .map_or_else(|| "library call".to_string(), |pl| pl.to_string())
+        .map_or_else(|| "unplanned".to_string(), |pl| pl.to_string())
 }
 
 /// A 64-byte aligned, zeroed byte buffer of at least `bytes` bytes (at least one block).
