@@ -302,14 +302,7 @@ pub fn apply_cached_plans(
     cached: &CachedPlan<'_>,
     warnings: &mut Vec<String>,
 ) {
-    let fallback;
-    let cpu = match target.cpu() {
-        Some(c) => c,
-        None => {
-            fallback = Target::default_for(std::env::consts::ARCH);
-            fallback.cpu().expect("a CPU default")
-        }
-    };
+    let cpu = &*target.host_cpu();
     let mut chosen = Vec::new();
     for id in 0..p.bufs.len() as u32 {
         let Some(st) = p.stage(id) else { continue };

@@ -229,6 +229,18 @@ impl Target {
         }
     }
 
+    /// The CPU the host-side kernels (the C emitter's) are planned for: this target's, or for a
+    /// GPU target the default CPU of the compiler's own architecture.
+    pub fn host_cpu(&self) -> std::borrow::Cow<'_, Cpu> {
+        match self.cpu() {
+            Some(c) => std::borrow::Cow::Borrowed(c),
+            None => match Target::default_for(std::env::consts::ARCH) {
+                Target::Cpu(c) => std::borrow::Cow::Owned(c),
+                Target::Gpu(_) => unreachable!("a CPU default"),
+            },
+        }
+    }
+
     /// The GPU description, if this is a GPU.
     pub fn gpu(&self) -> Option<&Gpu> {
         match self {

@@ -263,14 +263,7 @@ pub fn plan_program(
     rest: &Rest<'_>,
     seed: Option<u64>,
 ) -> Vec<Vec<KernelPlan>> {
-    let fallback;
-    let cpu = match target.cpu() {
-        Some(c) => c,
-        None => {
-            fallback = Target::default_for(std::env::consts::ARCH);
-            fallback.cpu().expect("a CPU default")
-        }
-    };
+    let cpu = &*target.host_cpu();
     (0..p.bufs.len() as u32)
         .map(|b| match planned_stage(p, b, rest) {
             Some(st) => {
