@@ -161,6 +161,8 @@ impl Build {
             threads: self.threads,
             max_tensor_bytes: self.max_tensor_bytes,
             schedule_seed: None,
+            no_layout: false,
+            no_groups: false,
         };
         let mut cache_path = None;
         if let Some(cache) = &self.cost_cache {

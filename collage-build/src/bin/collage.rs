@@ -156,10 +156,17 @@ struct PlaceArgs {
     /// never more than the target's address space): a larger one is an error naming the node.
     #[arg(long, default_value_t = collage_build::ir::Limits::DEFAULT_CEILING)]
     max_tensor_bytes: u64,
-    /// Draw every generated stage's schedule at random from this seed (tests the schedule
-    /// space: results must not change, only speed).
+    /// Draw every generated stage's plan at random from this seed (tests the plan space:
+    /// results must not change, only speed).
     #[arg(long)]
     schedule_seed: Option<u64>,
+    /// Leave weights and convolutions as lowered: no panels, transposed weights or direct
+    /// convolutions, and so no groups (debugging).
+    #[arg(long)]
+    no_layout: bool,
+    /// Form no groups (debugging).
+    #[arg(long)]
+    no_groups: bool,
 }
 
 impl PlaceArgs {
@@ -187,6 +194,8 @@ impl PlaceArgs {
             threads: 0,
             max_tensor_bytes: self.max_tensor_bytes,
             schedule_seed: self.schedule_seed,
+            no_layout: self.no_layout,
+            no_groups: self.no_groups,
         })
     }
 }

@@ -263,27 +263,68 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     (places, weights, plan.size)
 }
 
-/// The layout, plan and grouping decisions on a fused program, the same for a whole model and
-/// for the candidates the placement search prices: weight packing ([`c::pack_weights`]), every
-/// stage's kernel plan for `target` ([`crate::schedule::plan_program`]) and groups
-/// ([`crate::schedule::plan_groups`], whose instances are whole tiles of the plans). Debugging
-/// knobs: `COLLAGE_NO_PACK` (no packing, no groups), `COLLAGE_NO_GROUPS` (no groups). `seed`
-/// draws every stage's plan from the space ([`crate::schedule::plan_program`]).
-pub fn layout_and_group(p: &mut Program, target: &Target, seed: Option<u64>) {
-    if std::env::var_os("COLLAGE_NO_PACK").is_none() {
-        c::pack_weights(p);
-    }
-    plan_and_group(p, target, seed);
+/// The switches of the steps after lowering: what `driver::Options` says, never an
+/// environment variable read here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    /// Leave weights and convolutions as lowered: no packing in panels, no transposed weights,
+    /// no direct convolutions (and so no groups, which are made of panels).
+    pub no_layout: bool,
+    /// Form no groups.
+    pub no_groups: bool,
+    /// Draw every stage's plan from the space from this seed (tests of the whole space).
+    pub seed: Option<u64>,
 }
 
-/// The plans ([`plan`]) and then the groups of a laid-out program (no groups without weight
-/// packing, whose panels they are made of).
-pub fn plan_and_group(p: &mut Program, target: &Target, seed: Option<u64>) {
+/// What the steps after lowering read and report.
+pub struct StepCx<'a> {
+    /// The target the plans are chosen for.
+    pub target: &'a Target,
+    /// The switches.
+    pub switches: Switches,
+    /// The plans a tuning run recorded, by kernel.
+    pub cached: Option<&'a CachedPlan<'a>>,
+    /// What the user should hear of.
+    pub warnings: Vec<String>,
+}
+
+/// One step of the pipeline after lowering: a name and its function.
+pub type Step = (&'static str, fn(&mut Program, &mut StepCx<'_>));
+
+/// The pipeline after lowering, up to the arena, in order (as `passes::PIPELINE` is for the
+/// graph): fusion, the layout decisions (convolutions reading their padded input, transposed
+/// and panel-packed weights: `schedule::layout`), every stage's kernel plan
+/// (`schedule::plan`), groups (`schedule::group`, whose instances are whole tiles of the
+/// plans), and the plans a tuning run recorded (which plan and group again). The same for a
+/// whole model and for the candidates the placement search prices; the arena ([`place`]) and
+/// the C ([`c::emit`]) follow.
+pub const PIPELINE: &[Step] = &[
+    ("fuse", |p, _| te::fuse(p)),
+    ("layout", |p, cx| {
+        if !cx.switches.no_layout {
+            crate::schedule::layout::pack_weights(p);
+        }
+    }),
+    ("plan", |p, cx| plan(p, cx.target, cx.switches.seed)),
+    ("group", group),
+    ("tuned plans", |p, cx| {
+        if let Some(cached) = cx.cached {
+            apply_cached_plans(p, cx, cached);
+        }
+    }),
+];
+
+/// Runs `steps` on `p` in order.
+pub fn run_steps(p: &mut Program, steps: &[Step], cx: &mut StepCx<'_>) {
+    for (_, step) in steps {
+        step(p, cx);
+    }
+}
+
+/// The groups of a planned program ([`crate::schedule::plan_groups`]).
+fn group(p: &mut Program, cx: &mut StepCx<'_>) {
     p.groups.clear();
-    plan(p, target, seed);
-    if std::env::var_os("COLLAGE_NO_PACK").is_none()
-        && std::env::var_os("COLLAGE_NO_GROUPS").is_none()
-    {
+    if !cx.switches.no_layout && !cx.switches.no_groups {
         p.groups = crate::schedule::plan_groups(p, &crate::schedule::tile_widths);
     }
 }
@@ -296,13 +337,8 @@ pub type CachedPlan<'a> = dyn Fn(&Program, u32) -> Option<String> + 'a;
 /// `choice`), then plans and groups it again. A plan that does not parse, or whose kind no
 /// longer fits its stage, is left out with a warning naming the kernel: the kernel keeps its
 /// default plan, never a wrong one.
-pub fn apply_cached_plans(
-    p: &mut Program,
-    target: &Target,
-    cached: &CachedPlan<'_>,
-    warnings: &mut Vec<String>,
-) {
-    let cpu = &*target.host_cpu();
+fn apply_cached_plans(p: &mut Program, cx: &mut StepCx<'_>, cached: &CachedPlan<'_>) {
+    let cpu = &*cx.target.host_cpu();
     let mut chosen = Vec::new();
     for id in 0..p.bufs.len() as u32 {
         let Some(st) = p.stage(id) else { continue };
@@ -312,7 +348,7 @@ pub fn apply_cached_plans(
         let Some(text) = cached(p, id) else { continue };
         let name = &st.name;
         match text.parse::<te::PlanChoice>() {
-            Err(e) => warnings.push(format!(
+            Err(e) => cx.warnings.push(format!(
                 "kernel k{id} ({name}): its cached plan `{text}` does not parse ({e}); it runs its default plan"
             )),
             Ok(choice) => {
@@ -322,7 +358,7 @@ pub fn apply_cached_plans(
                 if fits {
                     chosen.push((id, choice));
                 } else {
-                    warnings.push(format!(
+                    cx.warnings.push(format!(
                         "kernel k{id} ({name}): its cached plan `{text}` no longer fits the kernel (a {} plan does not apply to it); it runs its default plan",
                         choice.kind_name()
                     ));
@@ -338,7 +374,8 @@ pub fn apply_cached_plans(
             st.choice = Some(choice);
         }
     }
-    plan_and_group(p, target, None);
+    plan(p, cx.target, cx.switches.seed);
+    group(p, cx);
 }
 
 /// Chooses every stage's kernel plan for `target` and stores them on `p` (`Program::plans`):
@@ -366,27 +403,29 @@ pub fn plan(p: &mut Program, target: &Target, seed: Option<u64>) {
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
 /// `assign`: lowering, fusion, memory placement, C code.
 pub fn compile_assigned(g: Graph, symbol: &str, assign: NodeAssign) -> Result<Compiled> {
-    compile_scheduled(g, symbol, assign, None, None)
+    compile_scheduled(g, symbol, assign, Switches::default(), None)
 }
 
-/// [`compile_assigned`], with every stage's plan drawn from the space at random when `seed` is
-/// set (tests of the whole plan space), and the kernels' plans that `cached` holds (a tuning
-/// run's) applied ([`apply_cached_plans`]).
+/// [`compile_assigned`] under `switches` (a seed draws every stage's plan from the space: tests
+/// of the whole plan space), with the kernels' plans that `cached` holds (a tuning run's)
+/// applied: lowering, then [`PIPELINE`], the arena and the C.
 pub fn compile_scheduled(
     g: Graph,
     symbol: &str,
     assign: NodeAssign,
-    seed: Option<u64>,
+    switches: Switches,
     cached: Option<&CachedPlan<'_>>,
 ) -> Result<Compiled> {
     let mut p = lower_graph_with(&g, assign)?;
-    te::fuse(&mut p);
     let target = Target::for_build();
-    layout_and_group(&mut p, &target, seed);
-    let mut warnings = Vec::new();
-    if let Some(cached) = cached {
-        apply_cached_plans(&mut p, &target, cached, &mut warnings);
-    }
+    let mut cx = StepCx {
+        target: &target,
+        switches,
+        cached,
+        warnings: Vec::new(),
+    };
+    run_steps(&mut p, PIPELINE, &mut cx);
+    let warnings = cx.warnings;
     let (places, weights, arena_size) = place(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {

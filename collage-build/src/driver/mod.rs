@@ -29,6 +29,11 @@ pub use evolve::{end_to_end_budget, evolve_model, tune_transitions, Evolution};
 pub use place::{encode_parts, place_graph};
 pub use tune::{candidate_kernels, tune_candidates, tune_model};
 
+/// The compiler's steps after lowering, in order (`codegen::PIPELINE`; the graph's are
+/// `passes::PIPELINE`): fuse, layout, plan, group, tuned plans; then the arena and the C. The
+/// placement search prices its candidates through the same steps.
+pub use crate::codegen::PIPELINE as CODEGEN_PIPELINE;
+
 /// How to compile.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -47,12 +52,26 @@ pub struct Options {
     /// The ceiling of [`crate::ir::Limits`] in bytes (0: the default, 64 GiB); never more than
     /// the target's address space.
     pub max_tensor_bytes: u64,
-    /// Draw every generated reduction stage's schedule at random from this seed instead of the
-    /// target's default (tests of the schedule space; the output must not change).
+    /// Draw every generated stage's plan at random from this seed instead of the target's
+    /// default (tests of the plan space; the output must not change).
     pub schedule_seed: Option<u64>,
+    /// Leave weights and convolutions as lowered (no panels, transposed weights or direct
+    /// convolutions, and so no groups): a debugging switch.
+    pub no_layout: bool,
+    /// Form no groups: a debugging switch.
+    pub no_groups: bool,
 }
 
 impl Options {
+    /// The switches of the code generator's steps ([`codegen::PIPELINE`]).
+    pub fn switches(&self) -> codegen::Switches {
+        codegen::Switches {
+            no_layout: self.no_layout,
+            no_groups: self.no_groups,
+            seed: self.schedule_seed,
+        }
+    }
+
     /// The size limits a graph compiled with these options is checked against.
     pub fn limits(&self) -> crate::ir::Limits {
         let ceiling = match self.max_tensor_bytes {
@@ -121,7 +140,7 @@ pub fn compile_passed(
         g,
         symbol,
         &|n| assign[n],
-        opts.schedule_seed,
+        opts.switches(),
         opts.cache
             .is_some()
             .then_some(&cached as &codegen::CachedPlan<'_>),

@@ -58,6 +58,7 @@ pub fn place_graph(g: &Graph, opts: &Options, target: &TargetFingerprint) -> Res
     let names: Vec<&'static str> = backends.iter().map(|b| b.name()).collect();
     let cache = opts.cache.as_deref();
     let mut pricer = Pricer::new(g, cache, target)?;
+    pricer.switches = opts.switches();
     if opts.greedy {
         return greedy(g, &backends, &mut pricer, cache, target);
     }

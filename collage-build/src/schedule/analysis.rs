@@ -147,7 +147,7 @@ pub(crate) const MAX_CHANNEL_ROW: usize = 256;
 /// whole vectors, one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
 /// and `x` the same for every channel, and an epilogue that vectorises along the channels too,
 /// or a reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
-/// to `w'[r, channel]` ([`channel_weights`]) and the register tile spans channels; the row is
+/// to `w'[r, channel]` (`schedule::layout`) and the register tile spans channels; the row is
 /// jammed.
 pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
     let r = generated_f32_sum(st)?;
@@ -194,7 +194,7 @@ pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
 }
 
 /// The reduction of a generated f32 sum over one reduction variable with an output of rank 2
-/// or more (the contractions [`channel_axis`] and `direct::direct_convs` consider).
+/// or more (the contractions [`channel_axis`] and `layout::direct` considers).
 pub(crate) fn generated_f32_sum(st: &Stage) -> Option<&crate::te::Reduce> {
     let r = st.reduce.as_ref()?;
     (r.op == RedOp::Sum

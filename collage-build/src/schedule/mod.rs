@@ -5,6 +5,7 @@ pub(crate) mod analysis;
 mod arena;
 pub mod group;
 pub mod kernel;
+pub mod layout;
 pub mod plan;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, Interval, Place};

@@ -229,6 +229,8 @@ pub struct Pricer<'a> {
     target: &'a TargetFingerprint,
     /// Kernel costs looked up so far, by key (a kernel priced twice is counted once).
     seen: HashMap<Key, bool>,
+    /// The code generator's switches the candidates are laid out under (the compiled model's).
+    pub switches: codegen::Switches,
 }
 
 impl<'a> Pricer<'a> {
@@ -254,6 +256,7 @@ impl<'a> Pricer<'a> {
             cache,
             target,
             seen: HashMap::new(),
+            switches: codegen::Switches::default(),
         })
     }
 
@@ -328,8 +331,17 @@ impl<'a> Pricer<'a> {
             codegen::plan(&mut p, &target, None);
             return Some(p);
         }
-        te::fuse(&mut p);
-        codegen::layout_and_group(&mut p, &target, None);
+        // The compiled model's steps up to the arena, under its switches.
+        let mut cx = codegen::StepCx {
+            target: &target,
+            switches: codegen::Switches {
+                seed: None,
+                ..self.switches
+            },
+            cached: None,
+            warnings: Vec::new(),
+        };
+        codegen::run_steps(&mut p, codegen::PIPELINE, &mut cx);
         Some(p)
     }
 

@@ -1,7 +1,7 @@
 //! Convolutions without an im2col buffer. A convolution lowers to a contraction over an im2col
 //! stage, `col[.., k, p] = in_bounds(x_idx) ? x[x_idx] : 0`, nine (a 3x3 kernel) or more copies
 //! of its input that the contraction reads once each. When the contraction vectorises along its
-//! output channels ([`ChannelPlan`](super::channel::ChannelPlan): every input value a broadcast,
+//! output channels ([`ChannelPlan`](crate::te::ChannelPlan): every input value a broadcast,
 //! read in any order), it can read the input itself: the im2col stage becomes the input with its
 //! padding written out (`xp`, one copy of the input plus a border of zeros), and the contraction
 //! reads `xp` at the im2col's index, shifted by the border, with no guard left (or `x` itself
@@ -18,7 +18,7 @@ use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{strides, DType, TensorType};
 use crate::te::{affine_terms, simplify, BinOp, BufKind, Exec, Expr, Program, Src, Stage};
 
-use super::{channel_axis, channel_weight, conjuncts, generated_f32_sum};
+use crate::schedule::analysis::{channel_axis, channel_weight, conjuncts, generated_f32_sum};
 
 /// The most elements a padded input may have, as a multiple of the input's.
 const MAX_GROWTH: usize = 4;
