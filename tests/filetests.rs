@@ -209,3 +209,134 @@ model_filetests!(
     mobilenetv2,
     vit
 );
+
+/// Small plan filetests (`tests/plans/*.plan`): a `model!` snippet (with its weights' shapes on
+/// a `# weights name: [dims], ..` line: the test writes them, pseudo-random, to
+/// `weights.safetensors`) and, after a `----` line, the kernel plan of every generated stage
+/// (AVX-512), compiled on `c` alone. A difference is shown as a diff; `COLLAGE_BLESS=1` writes
+/// the plans in place.
+#[test]
+fn plan_filetests() {
+    let dir = root().join("tests/plans");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "plan"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "plan filetests in {}", dir.display());
+    let mut failures = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (source, want) = match text.split_once("\n----\n") {
+            Some((s, w)) => (s.to_string(), w.to_string()),
+            None => (text.clone(), String::new()),
+        };
+        let got = plans_of_snippet(path, &source);
+        if got == want {
+            continue;
+        }
+        if std::env::var_os("COLLAGE_BLESS").is_some() {
+            std::fs::write(path, format!("{}\n----\n{got}", source.trim_end())).unwrap();
+            continue;
+        }
+        let mut diff = format!("{}:\n", path.display());
+        let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
+        for i in 0..w.len().max(g.len()) {
+            match (w.get(i), g.get(i)) {
+                (Some(a), Some(b)) if a == b => writeln!(diff, "  {a}").unwrap(),
+                (a, b) => {
+                    if let Some(a) = a {
+                        writeln!(diff, "- {a}").unwrap();
+                    }
+                    if let Some(b) = b {
+                        writeln!(diff, "+ {b}").unwrap();
+                    }
+                }
+            }
+        }
+        failures.push(diff);
+    }
+    assert!(
+        failures.is_empty(),
+        "plans differ (if intended, rerun with COLLAGE_BLESS=1):\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The plan lines of the `model!` snippet `source` (from `path`).
+fn plans_of_snippet(path: &Path, source: &str) -> String {
+    let work = std::env::temp_dir().join(format!(
+        "collage-plans-{}-{}",
+        std::process::id(),
+        path.file_stem().unwrap().to_string_lossy()
+    ));
+    std::fs::create_dir_all(&work).unwrap();
+    // The weights the snippet declares, pseudo-random in [-1, 1).
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for line in source.lines() {
+        let Some(decl) = line.strip_prefix("# weights ") else {
+            continue;
+        };
+        for item in decl.split("],") {
+            let (name, dims) = item.split_once(':').unwrap();
+            let dims: Vec<usize> = dims
+                .trim()
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(',')
+                .map(|d| d.trim().parse().unwrap())
+                .collect();
+            let n: usize = dims.iter().product();
+            let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ tensors.len() as u64;
+            let data: Vec<u8> = (0..n)
+                .flat_map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0).to_le_bytes()
+                })
+                .collect();
+            tensors.push((name.trim().to_string(), dims, data));
+        }
+    }
+    if !tensors.is_empty() {
+        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+            .iter()
+            .map(|(n, d, b)| {
+                let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, d.clone(), b)
+                    .unwrap();
+                (n.clone(), v)
+            })
+            .collect();
+        safetensors::serialize_to_file(views, &None, &work.join("weights.safetensors")).unwrap();
+    }
+    let found = collage_build::frontend::dsl::parse_source(source, path);
+    assert_eq!(found.len(), 1, "{}: one model! block", path.display());
+    let found = found.into_iter().next().unwrap().unwrap();
+    let g = found.to_graph(&work).unwrap();
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let c = driver::compile(g, "plan", &opts).unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+    plans_are_the_printed_ones(&c);
+    let p = &c.program;
+    let mut out = String::new();
+    for (k, b) in p.bufs.iter().enumerate() {
+        if let BufKind::Stage(st) = &b.kind {
+            if let Some(plan) = p.plan(k as u32, Isa::Avx512) {
+                writeln!(out, "b{k} {:?}: {plan}", st.name).unwrap();
+            }
+        }
+    }
+    for g in &p.groups {
+        writeln!(
+            out,
+            "group g{}: b{} -> b{}, {} instances of {} columns in {} slots",
+            g.consumer, g.producer, g.consumer, g.instances, g.cols, g.slots
+        )
+        .unwrap();
+    }
+    out
+}

@@ -1,0 +1,244 @@
+#include <stdint.h>
+#include <math.h>
+
+typedef void (*collage_task)(void *ctx, int64_t begin, int64_t end);
+typedef struct {
+    const void *pool;
+    void (*parallel_for)(const void *pool, int64_t n, collage_task task, void *ctx);
+    void (*sgemm)(int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs, int64_t a_cs,
+                  const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t ldc);
+    int64_t threads;
+    void *lib; /* the model instance's library state (oneDNN primitives), or NULL */
+} collage_rt;
+typedef struct {
+    uint8_t *A;
+    const uint8_t *W;
+    const void *const *I;
+} collage_ctx;
+
+/* AddressSanitizer builds (COLLAGE_SANITIZE): before each stage the arena is poisoned but for the
+   buffers the stage reads and writes (CL_LIVE(arena bytes, offset, bytes, ...)), so that an access
+   past a buffer inside the one arena allocation is reported too. Nothing in other builds. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CL_ASAN 1
+#endif
+#endif
+#ifdef CL_ASAN
+#include <stddef.h>
+void __asan_poison_memory_region(void const volatile *addr, size_t size);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+static void cl_live(uint8_t *a, const size_t *r, size_t n) {
+    __asan_poison_memory_region(a, r[0]);
+    for (size_t i = 1; i + 1 < n; i += 2) __asan_unpoison_memory_region(a + r[i], r[i + 1]);
+}
+#define CL_LIVE(...) do { static const size_t cl_r_[] = {__VA_ARGS__}; cl_live(A, cl_r_, sizeof cl_r_ / sizeof cl_r_[0]); } while (0)
+#else
+#define CL_LIVE(...) do { } while (0)
+#endif
+
+#define CL_INT_OPS(T, S) \
+static inline T cl_abs_##S(T x) { return x < 0 ? (T)-x : x; } \
+static inline T cl_sign_##S(T x) { return (T)((x > 0) - (x < 0)); } \
+static inline T cl_max_##S(T a, T b) { return a > b ? a : b; } \
+static inline T cl_min_##S(T a, T b) { return a < b ? a : b; } \
+static inline T cl_div_##S(T a, T b) { return b == 0 ? 0 : (T)(a / b); } \
+static inline T cl_fmod_##S(T a, T b) { return b == 0 ? 0 : (T)(a % b); } \
+static inline T cl_mod_##S(T a, T b) { if (b == 0) return 0; T r = (T)(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; } \
+static inline T cl_shl_##S(T a, T b) { return (b < 0 || (uint64_t)b >= 8 * sizeof(T)) ? 0 : (T)((uint64_t)a << b); } \
+static inline T cl_shr_##S(T a, T b) { return (b < 0 || (uint64_t)b >= 8 * sizeof(T)) ? (T)(a < 0 ? -1 : 0) : (T)(a >> b); } \
+static inline T cl_pow_##S(T a, T b) { if (b < 0) return (T)pow((double)a, (double)b); T r = 1; while (b) { if (b & 1) r = (T)(r * a); a = (T)(a * a); b >>= 1; } return r; }
+CL_INT_OPS(int64_t, i64)
+static inline int64_t cl_floordiv_i64(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t cl_ceildiv_i64(int64_t a, int64_t b) { return -cl_floordiv_i64(-a, b); }
+CL_INT_OPS(int32_t, i32)
+CL_INT_OPS(uint8_t, bool)
+CL_INT_OPS(int8_t, i8)
+CL_INT_OPS(uint8_t, u8)
+CL_INT_OPS(int16_t, i16)
+CL_INT_OPS(uint16_t, u16)
+CL_INT_OPS(uint32_t, u32)
+CL_INT_OPS(uint64_t, u64)
+
+/* The 16-bit floats are stored as their bits and computed on as float (the graph casts around
+   every operator but Cast). Conversions round to nearest even; NaN stays a (quiet) NaN. */
+typedef union { float f; uint32_t u; } cl_f32_bits;
+typedef union { double f; uint64_t u; } cl_f64_bits;
+/* BitCast: a float's bits as an integer of its size, and back. */
+static inline uint32_t cl_bits_f32(float f) { cl_f32_bits v; v.f = f; return v.u; }
+static inline float cl_f32_of_bits(uint32_t u) { cl_f32_bits v; v.u = u; return v.f; }
+static inline uint64_t cl_bits_f64(double f) { cl_f64_bits v; v.f = f; return v.u; }
+static inline double cl_f64_of_bits(uint64_t u) { cl_f64_bits v; v.u = u; return v.f; }
+static inline float cl_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    cl_f32_bits v;
+    if (e == 0x1f) v.u = s | 0x7f800000u | (m << 13);
+    else if (e != 0) v.u = s | ((e + 112u) << 23) | (m << 13);
+    else { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }
+    return v.f;
+}
+static inline uint16_t cl_f32_to_f16(float f) {
+    cl_f32_bits v; v.f = f;
+    uint32_t s = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); /* 65520 and up round to inf */
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal, m * 2^-24 with m rounded */
+        cl_f32_bits w; w.u = a;
+        return (uint16_t)(s | (uint32_t)nearbyintf(w.f * 16777216.0f));
+    }
+    a -= 0x38000000u;
+    return (uint16_t)(s | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
+}
+static inline float cl_bf16_to_f32(uint16_t h) { cl_f32_bits v; v.u = (uint32_t)h << 16; return v.f; }
+static inline uint16_t cl_f32_to_bf16(float f) {
+    cl_f32_bits v; v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* The 8-bit floats: MAN mantissa bits, exponent BIAS; KIND 0: no infinity, NaN all ones
+   (E4M3FN); 1: no infinity, no -0, NaN 0x80 (FNUZ); 2: IEEE-like (E5M2). Encoding rounds to
+   nearest even and saturates at MAX (Cast's saturate=0 is handled by the operator). */
+static inline float cl_f8_decode(uint8_t b, int man, int bias, int kind) {
+    int e = (b & 0x7f) >> man, m = b & ((1 << man) - 1), emax = (1 << (7 - man)) - 1;
+    if (kind == 1 && b == 0x80) return NAN;
+    if (kind == 0 && (b & 0x7f) == 0x7f) return NAN;
+    if (kind == 2 && e == emax) return m ? NAN : ((b & 0x80) ? -INFINITY : INFINITY);
+    float v = e == 0 ? ldexpf((float)m, 1 - bias - man) : ldexpf((float)(m + (1 << man)), e - bias - man);
+    return (b & 0x80) ? -v : v;
+}
+static inline uint8_t cl_f8_encode(float x, int man, int bias, int kind, float max) {
+    if (x != x) return kind == 1 ? 0x80 : 0x7f;
+    uint8_t s = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (a > max) a = max;
+    int e;
+    frexpf(a, &e);
+    int q = (a == 0.0f || e - 1 < 1 - bias ? 1 - bias : e - 1) - man;
+    float r = ldexpf(nearbyintf(ldexpf(a, -q)), q);
+    if (r > max) r = max;
+    if (r == 0.0f) return kind == 1 ? 0 : s;
+    frexpf(r, &e);
+    if (e - 1 + bias <= 0) return (uint8_t)(s | (uint8_t)ldexpf(r, bias - 1 + man));
+    return (uint8_t)(s | ((e - 1 + bias) << man) | ((int)ldexpf(r, man - (e - 1)) - (1 << man)));
+}
+#define CL_F8(NAME, MAN, BIAS, KIND, MAX) \
+static inline float cl_##NAME##_to_f32(uint8_t b) { return cl_f8_decode(b, MAN, BIAS, KIND); } \
+static inline uint8_t cl_f32_to_##NAME(float x) { return cl_f8_encode(x, MAN, BIAS, KIND, MAX); }
+CL_F8(f8e4m3fn, 3, 7, 0, 448.0f)
+CL_F8(f8e4m3fnuz, 3, 8, 1, 240.0f)
+CL_F8(f8e5m2, 2, 15, 2, 57344.0f)
+CL_F8(f8e5m2fnuz, 2, 16, 1, 57344.0f)
+/* FLOAT4E2M1, one per byte in the low four bits: sign, 2 exponent bits (bias 1), 1 mantissa bit;
+   no infinity, no NaN. Encoding rounds to nearest even (the comparisons below are the midpoints,
+   each tie going to the even code) and saturates at 6; NaN becomes a zero of the opposite sign,
+   as ml_dtypes (ONNX's reference) converts it. */
+static inline float cl_f4e2m1_to_f32(uint8_t b) {
+    static const float v[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return (b & 8) ? -v[b & 7] : v[b & 7];
+}
+static inline uint8_t cl_f32_to_f4e2m1(float x) {
+    uint8_t s = signbit(x) ? 8 : 0;
+    if (x != x) return (uint8_t)(s ^ 8);
+    float a = fabsf(x);
+    uint8_t c = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3
+        : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
+    return (uint8_t)(s | c);
+}
+/* FLOAT8E8M0: 2^(b - 127); 0xff is NaN. Encoding to the nearest power (DType::encode_byte; Cast
+   lowers its round_mode itself): the f32's biased exponent, plus one when the fraction's first
+   bit is set and, for the f32 subnormals, another (but not past 2^127); NaN and infinity are
+   NaN; the sign is ignored. */
+static inline float cl_f8e8m0_to_f32(uint8_t b) { return b == 0xff ? NAN : ldexpf(1.0f, (int)b - 127); }
+static inline uint8_t cl_f32_to_f8e8m0(float x) {
+    uint32_t u = cl_bits_f32(x), e = (u >> 23) & 0xffu;
+    if (e == 0xffu) return 0xff;
+    int up = (u & 0x400000u) && ((u & 0x3fffffu) || e > 0) && e != 0xfeu;
+    return (uint8_t)(e + (uint32_t)up);
+}
+/* The integers of fewer than 8 bits, one per byte: a conversion keeps the low bits (two's
+   complement), as a conversion to a narrower C integer type does. From a float: truncated to
+   int64 first, NaN and values beyond int64 pinned to INT64_MIN (as x86 converts them, and the
+   interpreter), whose low bits are 0. */
+static inline int64_t cl_f2i64(double x) { return (x == x && x > -9.3e18 && x < 9.2e18) ? (int64_t)x : INT64_MIN; }
+static inline int8_t cl_wrap_i4(int64_t v) { return (int8_t)(((v & 15) ^ 8) - 8); }
+static inline uint8_t cl_wrap_u4(int64_t v) { return (uint8_t)(v & 15); }
+static inline int8_t cl_wrap_i2(int64_t v) { return (int8_t)(((v & 3) ^ 2) - 2); }
+static inline uint8_t cl_wrap_u2(int64_t v) { return (uint8_t)(v & 3); }
+
+/* NaN-propagating max / min, branch-free: a select on the bits. Written as `c ? a : b`, GCC
+   branches on the comparison in code it does not vectorise (a 7-wide row's epilogue), and a
+   ReLU6 on activations of either sign mispredicts half of those branches. */
+static inline float cl_sel_f32(int c, float a, float b) { cl_f32_bits x = { a }, y = { b }; uint32_t m = 0u - (uint32_t)c; x.u = (x.u & m) | (y.u & ~m); return x.f; }
+static inline double cl_sel_f64(int c, double a, double b) { cl_f64_bits x = { a }, y = { b }; uint64_t m = 0u - (uint64_t)c; x.u = (x.u & m) | (y.u & ~m); return x.f; }
+#define CL_FLOAT_OPS(T, S) \
+static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
+static inline T cl_max_##S(T a, T b) { return cl_sel_##S((a >= b) | (a != a), a, b); } \
+static inline T cl_min_##S(T a, T b) { return cl_sel_##S((a <= b) | (a != a), a, b); } \
+static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+CL_FLOAT_OPS(float, f32)
+CL_FLOAT_OPS(double, f64)
+
+/* erf for f32 without a library call, so loops and epilogues that use it vectorise (f64 keeps
+   libm's erf): the Maclaurin series for |x| < 0.5 (relative error < 1e-6) and Abramowitz & Stegun
+   7.1.28 above (|error| <= 3e-7). */
+#define CL_ERF_SMALL(x, x2) (1.1283791671f * (x) * (1.0f + (x2) * (-0.3333333333f + (x2) * (0.1f + (x2) * (-0.0238095238f + (x2) * 0.0046296296f)))))
+#define CL_ERF_POLY(x) (1.0f + (x) * (0.0705230784f + (x) * (0.0422820123f + (x) * (0.0092705272f + (x) * (0.0001520143f + (x) * (0.0002765672f + (x) * 0.0000430638f))))))
+static inline float cl_erff(float x) {
+    float a = fabsf(x), t = CL_ERF_POLY(a);
+    t = t * t; t = t * t; t = t * t; t = t * t;
+    return a < 0.5f ? CL_ERF_SMALL(x, x * x) : copysignf(1.0f - 1.0f / t, x);
+}
+
+/* exp for f32 without a library call, so loops and epilogues that use it vectorise (f64 keeps
+   libm's exp): x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23, ln2 split in
+   two so n ln2 is exact), exp(r) by its Taylor polynomial of degree 6 (relative error < 2e-7),
+   2^n as two exponent-field scalings so that n above 127 overflows to inf and n below -126 falls
+   gradually to 0. Inputs are clamped to [-104, 89] first (beyond, the result is 0 or inf); NaN
+   stays NaN (it fails both comparisons). */
+#define CL_EXP_POLY(r) (1.0f + (r) * (1.0f + (r) * (0.5f + (r) * (0.16666667f + (r) * (0.041666668f + (r) * (0.008333334f + (r) * 0.0013888889f))))))
+static inline float cl_expf(float x) {
+    float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
+    float r = c - n * 0.693145752f - n * 1.42860677e-6f;
+    union { float f; uint32_t u; } b = { t }, s1, s2;
+    int32_t k = (int32_t)(b.u - 0x4B400000u), k1 = k >> 1;
+    s1.u = (uint32_t)(k1 + 127) << 23;
+    s2.u = (uint32_t)(k - k1 + 127) << 23;
+    return CL_EXP_POLY(r) * s1.f * s2.f;
+}
+
+/* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
+typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef float cl_f32x4 __attribute__((vector_size(16), aligned(4), may_alias));
+typedef int32_t cl_i32x16 __attribute__((vector_size(64)));
+typedef int32_t cl_i32x8 __attribute__((vector_size(32)));
+typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
+/* Lanes of two W-lane vectors picked by constant indices (0..W-1 from a, W..2W-1 from b): Clang's
+   builtin takes the indices as arguments, GCC's as an integer vector. */
+#if defined(__clang__)
+#define cl_vshuf2(W, a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define cl_vshuf2(W, a, b, ...) __builtin_shuffle((a), (b), (cl_i32x##W){__VA_ARGS__})
+#endif
+/* NaN-propagating max / min of vectors (as cl_max_f32 per lane), branch-free. Macros (GNU
+   statement expressions), not functions: a function defined outside a variant's target region
+   would pass wide vectors through memory. */
+#define cl_vsel(W, m, a, b) ((cl_f32x##W)(((cl_i32x##W)(a) & (m)) | ((cl_i32x##W)(b) & ~(m))))
+#define cl_vmax(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ >= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
+#define cl_verf(W, x) ({ cl_f32x##W x_ = (x); cl_i32x##W sign_ = (cl_i32x##W)x_ & (int32_t)0x80000000; \
+    cl_f32x##W a_ = (cl_f32x##W)((cl_i32x##W)x_ & 0x7fffffff), t_ = CL_ERF_POLY(a_); \
+    t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; \
+    cl_f32x##W big_ = (cl_f32x##W)((cl_i32x##W)(1.0f - 1.0f / t_) | sign_), small_ = CL_ERF_SMALL(x_, x_ * x_); \
+    cl_vsel(W, a_ < 0.5f, small_, big_); })
+#define cl_vexp(W, x) ({ cl_f32x##W x_ = (x); \
+    x_ = cl_vsel(W, x_ < -104.0f, (cl_f32x##W){0} - 104.0f, x_); \
+    x_ = cl_vsel(W, x_ > 89.0f, (cl_f32x##W){0} + 89.0f, x_); \
+    cl_f32x##W t_ = x_ * 1.44269504f + 12582912.0f, n_ = t_ - 12582912.0f; \
+    cl_f32x##W r_ = x_ - n_ * 0.693145752f - n_ * 1.42860677e-6f; \
+    cl_i32x##W k_ = (cl_i32x##W)t_ - 0x4B400000, k1_ = k_ >> 1; \
+    CL_EXP_POLY(r_) * (cl_f32x##W)((k1_ + 127) << 23) * (cl_f32x##W)((k_ - k1_ + 127) << 23); })
+#define cl_vmin(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ <= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
