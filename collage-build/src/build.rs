@@ -339,49 +339,21 @@ impl Build {
     ) -> Result<()> {
         g.limits = opts.limits();
         crate::passes::run(&mut g, crate::passes::PIPELINE)?;
-        let work = out.join("tune");
-        let budget = crate::tune::measure::default_budget();
-        let mut save = |c: &crate::tune::CostCache| c.save(path).map_err(Into::into);
-        let n = crate::driver::tune_model(
+        let report = crate::driver::tune_graph(
             &g,
             opts,
             target,
             cache,
-            &work,
-            budget,
-            &mut save,
+            &out.join("tune"),
+            evolve.then(|| crate::driver::EvolveSettings::on(self.threads)),
+            &mut |c| c.save(path).map_err(Into::into),
             &mut |_, _| {},
+            &mut |_| {},
         )?;
         self.warn(&format!(
-            "COLLAGE_TUNE: measured {n} kernel costs and transition penalties of {label} into {}",
+            "COLLAGE_TUNE: {label} into {}: {report}",
             path.display()
         ));
-        if evolve {
-            let threads = self.threads.max(1);
-            let r = crate::driver::evolve_model(
-                &g,
-                opts,
-                target,
-                cache,
-                &work,
-                threads,
-                crate::partition::search::EvolveParams {
-                    population: 6,
-                    generations: 4,
-                    ..Default::default()
-                },
-                &mut |_| {},
-            );
-            let _ = std::fs::remove_dir_all(&work);
-            let r = r?;
-            cache.save(path)?;
-            self.warn(&format!(
-                "COLLAGE_TUNE=evolve: {} placements of {label} timed end to end on {threads} thread(s); recorded the fastest ({}, {:.1} us; the search's: {:.1} us)",
-                r.evaluations, r.best_from, r.best_us, r.search_us
-            ));
-        } else {
-            let _ = std::fs::remove_dir_all(&work);
-        }
         Ok(())
     }
 

@@ -420,68 +420,35 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             bar.set_message(format!("tuning {}", g.name));
-            // The measurements, then the optional refinement; the work folder goes either way.
-            let mut measure = || -> collage_build::Result<()> {
-                let n = collage_build::driver::tune_model(
-                    &g,
-                    &opts,
-                    &target,
-                    &mut cache,
-                    &work,
-                    collage_build::tune::measure::default_budget(),
-                    &mut |cache| cache.save(&path).map_err(Into::into),
-                    &mut |done, total| {
-                        bar.set_length(total as u64);
-                        bar.set_position(done as u64);
-                    },
-                );
-                bar.finish_and_clear();
-                let n = n?;
-                cache.save(&path)?;
-                println!(
-                    "measured {n} entries; {} entries in {}",
-                    cache.len(),
-                    path.display()
-                );
-                if !evolve {
-                    return Ok(());
-                }
-                let params = collage_build::partition::search::EvolveParams {
+            let evolve = evolve.then(|| collage_build::driver::EvolveSettings {
+                params: collage_build::partition::search::EvolveParams {
                     population: population.max(1),
                     generations,
                     ..Default::default()
-                };
-                let r = collage_build::driver::evolve_model(
-                    &g,
-                    &opts,
-                    &target,
-                    &mut cache,
-                    &work,
-                    threads.max(1),
-                    params,
-                    &mut |line| eprintln!("  {line}"),
-                )?;
-                cache.save(&path)?;
-                let list = |v: &[(String, f64)]| -> String {
-                    v.iter()
-                        .map(|(n, us)| format!("{n} {us:.1} us"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                println!(
-                    "evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {}; final rounds: {}; recorded the fastest, from {}: {:.1} us",
-                    r.evaluations,
-                    r.search_us,
-                    list(&r.baselines),
-                    list(&r.finals),
-                    r.best_from,
-                    r.best_us
-                );
-                Ok(())
-            };
-            let done = measure();
+                },
+                ..collage_build::driver::EvolveSettings::on(threads)
+            });
+            let report = collage_build::driver::tune_graph(
+                &g,
+                &opts,
+                &target,
+                &mut cache,
+                &work,
+                evolve,
+                &mut |cache| cache.save(&path).map_err(Into::into),
+                &mut |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                },
+                &mut |line| {
+                    bar.finish_and_clear();
+                    eprintln!("  {line}")
+                },
+            );
+            bar.finish_and_clear();
             remove_work(&work);
-            done?;
+            let report = report?;
+            println!("{report}; {} entries in {}", cache.len(), path.display());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Cache { cmd } => match cmd {

@@ -27,7 +27,9 @@ pub mod tune;
 
 pub use evolve::{end_to_end_budget, evolve_model, tune_transitions, Evolution};
 pub use place::{encode_parts, place_graph};
-pub use tune::{candidate_kernels, tune_candidates, tune_model};
+pub use tune::{
+    candidate_kernels, tune_candidates, tune_graph, tune_model, EvolveSettings, TuneReport,
+};
 
 /// The compiler's steps after lowering, in order (`codegen::PIPELINE`; the graph's are
 /// `passes::PIPELINE`): fuse, layout, plan, group, tuned plans; then the arena and the C. The

@@ -125,3 +125,104 @@ pub fn tune_model(
     let m = crate::tune::measure::tune_kernels(&c, target, cache, work, budget, save, progress)?;
     Ok(t + n + m)
 }
+
+/// What `collage tune` and `COLLAGE_TUNE` builds do after measuring: nothing, or refine the
+/// placement end to end on `threads` threads with `params` (`--evolve`).
+#[derive(Clone, Copy, Debug)]
+pub struct EvolveSettings {
+    /// Threads the end-to-end measurements run on.
+    pub threads: usize,
+    /// The evolutionary search's population and generations.
+    pub params: crate::partition::search::EvolveParams,
+}
+
+impl EvolveSettings {
+    /// The default refinement on `threads` threads: 4 generations of 6 placements.
+    pub fn on(threads: usize) -> EvolveSettings {
+        EvolveSettings {
+            threads: threads.max(1),
+            params: crate::partition::search::EvolveParams {
+                population: 6,
+                generations: 4,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// What one tuning run did, for its caller to print.
+#[derive(Clone, Debug)]
+pub struct TuneReport {
+    /// Cache entries measured (kernels, candidates, transition penalties).
+    pub measured: usize,
+    /// The end-to-end refinement, when asked for, with its thread count.
+    pub evolution: Option<(usize, super::Evolution)>,
+}
+
+impl std::fmt::Display for TuneReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "measured {} entries", self.measured)?;
+        if let Some((threads, r)) = &self.evolution {
+            let list = |v: &[(String, f64)]| -> String {
+                v.iter()
+                    .map(|(n, us)| format!("{n} {us:.1} us"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            write!(
+                f,
+                "; evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {}; final rounds: {}; recorded the fastest, from {}: {:.1} us",
+                r.evaluations,
+                r.search_us,
+                list(&r.baselines),
+                list(&r.finals),
+                r.best_from,
+                r.best_us
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The one tuning entry point, shared by `collage tune` and `COLLAGE_TUNE` builds: measures
+/// what `g` (after the pass pipeline) needs into `cache` ([`tune_model`], saved through `save`
+/// after each step, so a run is resumable), then with `evolve` refines its placement end to
+/// end ([`super::evolve_model`]) and saves again. `work` is removed either way.
+#[allow(clippy::too_many_arguments)]
+pub fn tune_graph(
+    g: &Graph,
+    opts: &Options,
+    target: &TargetFingerprint,
+    cache: &mut CostCache,
+    work: &std::path::Path,
+    evolve: Option<EvolveSettings>,
+    save: &mut dyn FnMut(&CostCache) -> Result<()>,
+    progress: &mut dyn FnMut(usize, usize),
+    log: &mut dyn FnMut(&str),
+) -> Result<TuneReport> {
+    let run = |cache: &mut CostCache,
+               save: &mut dyn FnMut(&CostCache) -> Result<()>,
+               progress: &mut dyn FnMut(usize, usize),
+               log: &mut dyn FnMut(&str)|
+     -> Result<TuneReport> {
+        let budget = measure::default_budget();
+        let measured = tune_model(g, opts, target, cache, work, budget, save, progress)?;
+        save(cache)?;
+        let evolution = match evolve {
+            Some(e) => {
+                let r =
+                    super::evolve_model(g, opts, target, cache, work, e.threads, e.params, log)?;
+                save(cache)?;
+                Some((e.threads, r))
+            }
+            None => None,
+        };
+        Ok(TuneReport {
+            measured,
+            evolution,
+        })
+    };
+    let r = run(cache, save, progress, log);
+    let _ = std::fs::remove_dir_all(work);
+    r
+}
