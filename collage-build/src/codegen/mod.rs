@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::error::{OpError, Result};
 use crate::ir::{Graph, Tensor, TensorType, ValueId};
 use crate::ops::LowerCx;
-use crate::schedule::{plan_arena, Interval};
+use crate::schedule::{plan_arena, LiveRange};
 use crate::target::Target;
 use crate::te::{self, BufId, BufKind, Program, Src, Stage};
 pub use c::Place;
@@ -246,7 +246,7 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
                 } else {
                     readers[i].iter().copied().max().map_or(i, |r| r as usize)
                 };
-                intervals.push(Interval {
+                intervals.push(LiveRange {
                     size: p.arena_bytes(i as u32).max(1),
                     first: i,
                     last,

@@ -132,7 +132,7 @@ pub(crate) fn is_vector(e: &Expr, v: u32) -> bool {
 }
 
 /// Lanes a channel-vectorised stage's channels must be whole vectors of (every variant's).
-pub(crate) const CHANNEL_LANES: usize = 16;
+pub(crate) const CHANNEL_LANES: usize = crate::te::Isa::WIDEST_LANES;
 
 /// Rows shorter than this vectorise along the channels when they can ([`channel_axis`]).
 /// Measured on ResNet-18 (AVX-512, one thread): its 7x7 layers 11.0 -> 9.3 ms, its 14x14

@@ -33,7 +33,7 @@ pub fn buf_ptr(places: &[Place], b: u32) -> String {
 
 /// A buffer to place: its size and the steps during which it is live (inclusive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Interval {
+pub struct LiveRange {
     /// Bytes.
     pub size: usize,
     /// The step that writes it.
@@ -67,7 +67,7 @@ fn align(x: usize) -> usize {
 }
 
 /// Places `bufs` so that buffers live at the same time never overlap. Deterministic.
-pub fn plan_arena(bufs: &[Interval]) -> ArenaPlan {
+pub fn plan_arena(bufs: &[LiveRange]) -> ArenaPlan {
     let mut order: Vec<usize> = (0..bufs.len()).collect();
     order.sort_by(|&a, &b| bufs[b].size.cmp(&bufs[a].size).then(a.cmp(&b)));
     let mut offsets = vec![0usize; bufs.len()];
@@ -141,7 +141,7 @@ mod tests {
     use super::*;
 
     /// Buffers live at the same time never share a byte.
-    fn assert_no_live_overlap(bufs: &[Interval], p: &ArenaPlan) {
+    fn assert_no_live_overlap(bufs: &[LiveRange], p: &ArenaPlan) {
         for i in 0..bufs.len() {
             for j in 0..i {
                 let (a, b) = (bufs[i], bufs[j]);
@@ -159,22 +159,22 @@ mod tests {
     #[test]
     fn live_buffers_never_overlap_and_dead_ones_are_reused() {
         let bufs = [
-            Interval {
+            LiveRange {
                 size: 100,
                 first: 0,
                 last: 1,
             },
-            Interval {
+            LiveRange {
                 size: 200,
                 first: 1,
                 last: 2,
             },
-            Interval {
+            LiveRange {
                 size: 100,
                 first: 2,
                 last: 3,
             },
-            Interval {
+            LiveRange {
                 size: 50,
                 first: 3,
                 last: 4,
@@ -189,7 +189,7 @@ mod tests {
     /// a page, as far apart as the page allows; small ones are not moved.
     #[test]
     fn large_buffers_live_together_start_apart_within_a_page() {
-        let big = |first, last| Interval {
+        let big = |first, last| LiveRange {
             size: 12 * PAGE,
             first,
             last,
@@ -198,7 +198,7 @@ mod tests {
             big(0, 2),
             big(1, 2),
             big(2, 3),
-            Interval {
+            LiveRange {
                 size: 256,
                 first: 0,
                 last: 3,

@@ -4,20 +4,18 @@
 //! the row, a jam factor that divides no dimension, a flag whose condition does not hold) to
 //! the nearest one that does, and the plan's text shows what it used.
 use crate::target::Cpu;
-use crate::te::{PlanChoice, PlanKind};
+use crate::te::{Isa, PlanChoice, PlanKind};
 
-/// The default register tile of a stage whose row is `row` elements long, for `lanes` f32
-/// lanes: the widest that the row fills (up to 4 vectors), and as many rows as keep
+/// The default register tile of a stage whose row is `row` elements long, for the variant
+/// `isa`: the widest that the row fills (up to 4 vectors), and as many rows as keep
 /// accumulators and operands within the vector registers (4 rows of 4 vectors, 6 of fewer: 16
-/// to 24 accumulators; with AVX-512's 16 lanes and 32 registers 8 rows of 3 vectors, measured
-/// 15% faster than 6 on ResNet-18's 7x7 layers). The jam takes the largest factor up to the
-/// rows that divides a dimension.
-pub fn gemm_defaults(row: usize, lanes: usize, _cpu: &Cpu) -> (usize, usize) {
-    let vecs = (row / lanes.max(1)).clamp(1, 4);
-    let rows = match (vecs, lanes) {
-        (4.., _) => 4,
-        // 32 vector registers (AVX-512): 8 rows of 3 vectors.
-        (3, 16) => 8,
+/// to 24 accumulators; with 32 registers (AVX-512) 8 rows of 3 vectors). The jam takes the
+/// largest factor up to the rows that divides a dimension.
+pub fn gemm_defaults(row: usize, isa: Isa, _cpu: &Cpu) -> (usize, usize) {
+    let vecs = (row / isa.lanes()).clamp(1, 4);
+    let rows = match vecs {
+        4.. => 4,
+        3 if isa.vector_registers() >= 32 => 8,
         _ => 6,
     };
     (vecs, rows)
@@ -129,9 +127,11 @@ mod tests {
     fn defaults_follow_the_target() {
         let v3 = Target::named("x86-64-v3").unwrap();
         let cpu = v3.cpu().unwrap();
-        assert_eq!(gemm_defaults(256, 8, cpu), (4, 4));
-        assert_eq!(gemm_defaults(16, 8, cpu), (2, 6));
-        assert_eq!(gemm_defaults(48, 16, cpu), (3, 8));
+        assert_eq!(gemm_defaults(256, Isa::Avx2, cpu), (4, 4));
+        assert_eq!(gemm_defaults(16, Isa::Avx2, cpu), (2, 6));
+        assert_eq!(gemm_defaults(48, Isa::Avx512, cpu), (3, 8));
+        assert_eq!(gemm_defaults(48, Isa::Base, cpu), (4, 4));
+        assert_eq!(gemm_defaults(24, Isa::Avx2, cpu), (3, 6));
         assert_eq!(row_defaults(cpu), (4, 8192));
         let arm = Target::named("aarch64").unwrap();
         assert_eq!(row_defaults(arm.cpu().unwrap()).1, 16384);

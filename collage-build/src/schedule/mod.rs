@@ -8,6 +8,6 @@ pub mod kernel;
 pub mod layout;
 pub mod plan;
 
-pub use arena::{buf_ptr, plan_arena, ArenaPlan, Interval, Place};
+pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Place};
 pub use group::{plan_groups, GroupInfo};
 pub use plan::{plan_program, plan_stage, tile_widths};

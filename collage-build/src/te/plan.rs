@@ -54,6 +54,19 @@ impl Isa {
         }
     }
 
+    /// The most f32 lanes of any variant (AVX-512's): what a plan that must give every variant
+    /// the same tasks makes its blocks of (a block of channels is whole vectors of each).
+    pub const WIDEST_LANES: usize = 16;
+
+    /// Architectural vector registers: what a register tile of accumulators, the operands it
+    /// loads and a broadcast must fit in.
+    pub fn vector_registers(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 | Isa::Base => 16,
+        }
+    }
+
     /// The position of the variant in [`Isa::ALL`] (and in a stage's plans).
     pub fn index(self) -> usize {
         self as usize

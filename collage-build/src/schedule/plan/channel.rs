@@ -3,7 +3,7 @@
 use crate::schedule::analysis::{channel_axis, load_coef, vectorizable};
 use crate::schedule::kernel::gemm_defaults;
 use crate::target::Cpu;
-use crate::te::{ChannelPlan, Expr, Program, Stage};
+use crate::te::{ChannelPlan, Expr, Isa, Program, Stage};
 
 /// The most accumulator vectors of a register tile with 32 vector registers (AVX-512), and with
 /// 16 (AVX2, SSE): the rest hold the weight vectors and a broadcast.
@@ -24,10 +24,11 @@ const MIN_TASKS: usize = 16;
 pub(crate) fn channel_plan(
     p: &Program,
     st: &Stage,
-    lanes: usize,
+    isa: Isa,
     cpu: &Cpu,
     knobs: Option<(u8, u8, u16)>,
 ) -> Option<ChannelPlan> {
+    let lanes = isa.lanes();
     // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
     // weight transposed (its channels contiguous).
     let c = channel_axis(p, st)?;
@@ -43,12 +44,16 @@ pub(crate) fn channel_plan(
     let row = shape.len() - 1;
     let want_vecs = match knobs {
         Some((v, _, _)) => v as usize,
-        None => gemm_defaults(shape[c], lanes, cpu).0,
+        None => gemm_defaults(shape[c], isa, cpu).0,
     };
     let vecs = (1..=want_vecs.clamp(1, 4))
         .rev()
         .find(|k| shape[c].is_multiple_of(k * lanes))?;
-    let budget = if lanes >= 16 { ACCS_32 } else { ACCS_16 };
+    let budget = if isa.vector_registers() >= 32 {
+        ACCS_32
+    } else {
+        ACCS_16
+    };
     let rows = match knobs {
         Some((_, r, _)) => r as usize,
         None => budget / vecs,

@@ -124,7 +124,7 @@ fn plan_kind(
                 Some(PlanChoice::Channel { vecs, rows, kc }) => Some((vecs, rows, kc)),
                 _ => None,
             };
-            channel::channel_plan(p, st, lanes, cpu, knobs).map(KernelPlan::Channel)
+            channel::channel_plan(p, st, isa, cpu, knobs).map(KernelPlan::Channel)
         }
         (PlanKind::RegisterBlocked, Some(_)) if row_reduce() => {
             let (vecs, rows, prefetch) = match choice {
@@ -134,7 +134,7 @@ fn plan_kind(
                     prefetch,
                 }) => (vecs as usize, rows as usize, prefetch),
                 _ => {
-                    let (v, r) = gemm_defaults(shape[rank - 1], lanes, cpu);
+                    let (v, r) = gemm_defaults(shape[rank - 1], isa, cpu);
                     (v, r, true)
                 }
             };

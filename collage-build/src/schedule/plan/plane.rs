@@ -9,7 +9,7 @@ const SCRATCH_FLOATS: usize = 8 * 1024;
 
 /// Channels per task of a channel-blocked plan ([`PlanePlan::chan`]): one AVX-512 vector,
 /// two AVX2 vectors, four SSE vectors; every variant has the same tasks.
-pub(crate) const CHAN_BLOCK: usize = 16;
+pub(crate) const CHAN_BLOCK: usize = crate::te::Isa::WIDEST_LANES;
 
 /// The most floats of a channel-blocked plan's padded input (every padded pixel's block of
 /// channels): 64 KiB, a 30x30 padded plane.
@@ -20,7 +20,7 @@ const CHAN_SCRATCH_FLOATS: usize = 16 * 1024;
 const FLAT_BELOW: usize = 16;
 
 /// The most lanes of any variant: the slack a flat run reads past the band.
-pub(crate) const MAX_LANES: usize = 16;
+pub(crate) const MAX_LANES: usize = crate::te::Isa::WIDEST_LANES;
 
 /// The plane plan for `st` when it is a depthwise window reduction: an f32 sum over taps of
 /// `x[n, c, sh * i2 + dh * a + oh, sw * i3 + dw * b + ow] * w(c, a, b)`, under a guard that
