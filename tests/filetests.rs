@@ -1,7 +1,7 @@
 //! Golden filetests: every stage of the compiler printed as text, for the example model and the
 //! model tests, against the files in `tests/golden/` — the graph IR after the pass pipeline
 //! (`<model>.ir.txt`), the tensor-expression program after placement and fusion (`.te.txt`), the
-//! loop schedule of every generated stage (`.sched.txt`), the arena plan (`.arena.txt`) and the
+//! kernel plan of every generated stage (`.sched.txt`), the arena plan (`.arena.txt`) and the
 //! cost-cache key of every kernel (`.keys.txt`).
 //! Models compile on the `c` backend alone, without a cost cache, so the text is the same on
 //! every machine. Regenerate with `COLLAGE_BLESS=1 cargo test --test filetests` after an intended

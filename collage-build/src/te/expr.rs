@@ -362,7 +362,7 @@ pub struct Stage {
     pub exec: Exec,
     /// Its plan's kind and knobs when chosen from outside (tuned, or read from the cost
     /// cache); `None`: the target's default (`schedule::plan_stage` realises either). Not part
-    /// of what the stage computes: printed beside it, never in its canonical text.
+    /// of what the stage computes: never in its canonical text.
     pub choice: Option<super::PlanChoice>,
 }
 

@@ -1,6 +1,6 @@
 //! Kernel plans: the one place that decides a generated stage's loop shape. [`plan_stage`]
 //! chooses a [`KernelPlan`] for a stage, an instruction-set variant and a CPU, legalising the
-//! stage's knobs (`Stage::schedule`, else the target's defaults) to what fits it;
+//! stage's chosen kind and knobs (`Stage::choice`, else the target's defaults) to what fits it;
 //! [`plan_program`] does so for every stage of a program, once, and the program keeps the
 //! result (`Program::plans`). The C emitter prints those plans and decides nothing itself;
 //! groups, the pricer, `explain` and the goldens read them too.
