@@ -555,15 +555,7 @@ impl fmt::Display for KernelPlan {
 impl PlanChoice {
     /// The kind's name in text.
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            PlanChoice::Elementwise { .. } => "elementwise",
-            PlanChoice::Window => "window",
-            PlanChoice::Plain { .. } => "plain",
-            PlanChoice::Row { .. } => "row",
-            PlanChoice::Gemm { .. } => "register-blocked",
-            PlanChoice::Plane { .. } => "depthwise",
-            PlanChoice::Channel { .. } => "channel-vectorised",
-        }
+        self.kind().name()
     }
 
     /// The kind without its knobs.
@@ -671,6 +663,19 @@ impl PlanChoice {
 }
 
 impl PlanKind {
+    /// The kind's name in a plan's text.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanKind::Elementwise => "elementwise",
+            PlanKind::Window => "window",
+            PlanKind::Plain => "plain",
+            PlanKind::Row => "row",
+            PlanKind::RegisterBlocked => "register-blocked",
+            PlanKind::Plane => "depthwise",
+            PlanKind::Channel => "channel-vectorised",
+        }
+    }
+
     /// Every kind.
     pub const ALL: [PlanKind; 7] = [
         PlanKind::Elementwise,
@@ -706,9 +711,7 @@ impl std::str::FromStr for PlanChoice {
         let name = words.next().ok_or("an empty plan")?;
         let kind = PlanKind::ALL
             .into_iter()
-            .find(|&k| {
-                PlanChoice::from_knobs(k, &|_| 1).kind_name() == name
-            })
+            .find(|k| k.name() == name)
             .ok_or_else(|| {
                 format!(
                     "unknown plan kind `{name}` (known: elementwise, window, plain, row, register-blocked, depthwise, channel-vectorised)"
