@@ -485,7 +485,8 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windo
                 slot_bytes: g.slot_bytes(&p.bufs[g.producer as usize]),
                 fill: g.producer == id,
             };
-            let (fname, n_outer, _) = emit_stage(out, p, places, id, st, isa, Some(&m));
+            let plan = stage_plan(p, id, st, isa);
+            let (fname, n_outer, _) = emit_stage(out, p, places, id, st, plan, isa, Some(&m));
             if !m.fill {
                 let task = emit_group_task(out, p, g, &fname, n_outer, isa);
                 writeln!(
@@ -506,7 +507,8 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windo
                 &epilogue
             }
         };
-        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, isa, None);
+        let plan = stage_plan(p, id, st, isa);
+        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, plan, isa, None);
         if n_outer == 0 {
             continue;
         }
@@ -587,23 +589,31 @@ fn emit_group_task(
     fname
 }
 
+/// The plan stage `id` (`st`) of `p` is printed from for `isa`: the one the planner stored.
+fn stage_plan<'p>(p: &'p Program, id: u32, st: &Stage, isa: Isa) -> &'p KernelPlan {
+    p.plan(id, isa).unwrap_or_else(|| {
+        panic!(
+            "stage {} (b{id}) has no plan: the program was not planned",
+            st.name
+        )
+    })
+}
+
+/// Prints stage `id` (`st`) of `p` for the variant `isa` as `plan` says, as a task over a range
+/// of its outer iterations (or, in a group, its fill or its instance); returns the function's
+/// name, the outer iterations and whether a `parallel_for` splits them.
 fn emit_stage(
     out: &mut String,
     p: &Program,
     places: &[Place],
     id: u32,
     st: &Stage,
+    plan: &KernelPlan,
     isa: Isa,
     member: Option<&Member>,
 ) -> (String, usize, bool) {
     let variant = isa.suffix();
     let lanes = isa.lanes();
-    let plan = p.plan(id, isa).unwrap_or_else(|| {
-        panic!(
-            "stage {} (b{id}) has no plan: the program was not planned",
-            st.name
-        )
-    });
     let fname = match member {
         Some(m) if m.fill => format!("k{id}{variant}_fill"),
         Some(_) => format!("k{id}{variant}_inst"),
