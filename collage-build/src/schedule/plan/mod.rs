@@ -195,9 +195,11 @@ fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
     };
     // A body `guard ? value : 0` with the guard affine in the innermost loop variable
     // (padding): that loop runs as three ranges (zeros, values, zeros).
+    // The loop variable the guard is split for: the last dimension's, or with a split the inner
+    // split variable (`rank > outer` here, so the rank is at least one).
     let v = match split {
         Some(_) => rank as u32 + 1,
-        None => rank as u32 - 1,
+        None => (rank as u32).saturating_sub(1),
     };
     let guard = if rank > outer {
         let body = match split {
