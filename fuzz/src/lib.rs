@@ -30,6 +30,8 @@ pub fn options() -> Options {
         threads: 1,
         max_tensor_bytes: MAX_TENSOR_BYTES,
         schedule_seed: None,
+        no_layout: false,
+        no_groups: false,
     }
 }
 
