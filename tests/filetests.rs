@@ -9,6 +9,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use collage_build::codegen::{self, Place};
 use collage_build::driver::{self, Options};
 use collage_build::te::{BufKind, Isa, PlanChoice};
@@ -67,24 +69,10 @@ fn check(name: &str, model: &Path) {
     let p = &c.program;
     plans_are_the_printed_ones(&c);
     let te = p.to_string();
-    let mut sched =
-        String::from("# kernel plans of the generated stages (AVX-512, 16 f32 lanes)\n");
-    for (k, b) in p.bufs.iter().enumerate() {
-        if let BufKind::Stage(st) = &b.kind {
-            let plan = p
-                .plan(k as u32, Isa::Avx512)
-                .map_or("library call".to_string(), |pl| pl.to_string());
-            writeln!(sched, "b{k} {:?}: {plan}", st.name).unwrap();
-        }
-    }
-    for g in &p.groups {
-        writeln!(
-            sched,
-            "group g{}: b{} -> b{}, {} instances of {} columns in {} slots",
-            g.consumer, g.producer, g.consumer, g.instances, g.cols, g.slots
-        )
-        .unwrap();
-    }
+    let sched = format!(
+        "# kernel plans of the generated stages (AVX-512, 16 f32 lanes)\n{}",
+        plan_lines(p)
+    );
     let (places, weights, size) = codegen::place(p);
     let mut arena = format!(
         "# arena {size} bytes, weights {} bytes: [first, last) byte of every stage\n",
@@ -126,30 +114,12 @@ fn check(name: &str, model: &Path) {
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
-/// The kernel plans the C emitter printed (`/* plan: .. */` before each kernel function), by
-/// function name.
-fn printed_plans(c_source: &str) -> std::collections::HashMap<String, String> {
-    let mut out = std::collections::HashMap::new();
-    let mut plan: Option<&str> = None;
-    for line in c_source.lines() {
-        if let Some(text) = line.strip_prefix("/* plan: ") {
-            plan = Some(text.strip_suffix(" */").expect("a closed comment"));
-        } else if let Some(rest) = line.strip_prefix("static void ") {
-            if let Some(text) = plan.take() {
-                let fname = rest.split('(').next().unwrap().to_string();
-                out.insert(fname, text.to_string());
-            }
-        }
-    }
-    out
-}
-
 /// Every stage's plan, for every variant, is the one the emitter printed above its kernel; its
 /// text parses back to its choice, and that choice realised again for the stage gives the same
 /// plan; what `explain` reports is the same text.
 fn plans_are_the_printed_ones(c: &codegen::Compiled) {
     let p = &c.program;
-    let printed = printed_plans(&c.c_source);
+    let printed = common::printed_plans(&c.c_source);
     let target = collage_build::target::Target::for_build();
     let cpu = target.cpu().unwrap();
     let mut planned = 0;
@@ -321,13 +291,19 @@ fn plans_of_snippet(path: &Path, source: &str) -> String {
     let c = driver::compile(g, "plan", &opts).unwrap();
     let _ = std::fs::remove_dir_all(&work);
     plans_are_the_printed_ones(&c);
-    let p = &c.program;
+    plan_lines(&c.program)
+}
+
+/// Every stage's AVX-512 plan (`library call` for a stage a library computes whole), one line
+/// each, then the groups: the text of the `.sched.txt` goldens and of the plan filetests.
+fn plan_lines(p: &collage_build::te::Program) -> String {
     let mut out = String::new();
     for (k, b) in p.bufs.iter().enumerate() {
         if let BufKind::Stage(st) = &b.kind {
-            if let Some(plan) = p.plan(k as u32, Isa::Avx512) {
-                writeln!(out, "b{k} {:?}: {plan}", st.name).unwrap();
-            }
+            let plan = p
+                .plan(k as u32, Isa::Avx512)
+                .map_or("library call".to_string(), |pl| pl.to_string());
+            writeln!(out, "b{k} {:?}: {plan}", st.name).unwrap();
         }
     }
     for g in &p.groups {

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use collage_build::report;
+
+mod common;
 use collage_build::tune::measure::{self, MeasureBudget};
 use collage_build::tune::{CostCache, TargetFingerprint};
 
@@ -60,7 +62,7 @@ fn tune_then_explain_reads_every_kernel_back() {
         .is_some_and(|e| e.median_us > 0.0 && e.p90_us >= e.median_us)));
     // Each entry records the plan its kernel ran with: the one printed above the kernel's
     // function for this machine's variant (library calls record the call).
-    let printed = printed_plans(&c.c_source);
+    let printed = common::printed_plans(&c.c_source);
     for k in &reports {
         let plan = &k.measured.as_ref().unwrap().params["plan"];
         if k.backend == "c" {
@@ -81,25 +83,6 @@ fn tune_then_explain_reads_every_kernel_back() {
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The compiled model's kernel functions and the plans printed above them (`/* plan: .. */`).
-fn printed_plans(c_source: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut plan: Option<&str> = None;
-    for line in c_source.lines() {
-        if let Some(text) = line.strip_prefix("/* plan: ") {
-            plan = line.strip_suffix(" */").map(|_| &text[..text.len() - 3]);
-        } else if let Some(rest) = line.strip_prefix("static void ") {
-            if let Some(text) = plan.take() {
-                out.push((
-                    rest.split('(').next().unwrap().to_string(),
-                    text.to_string(),
-                ));
-            }
-        }
-    }
-    out
 }
 
 /// A build reads the plans a tuning run recorded: a kernel's cached plan is the one its code is
@@ -167,7 +150,7 @@ fn cached_plans_apply_and_bad_ones_are_warnings() {
     let tuned = "register-blocked vecs=1 rows=2 prefetch=0";
     let c = with(tuned);
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-    let printed = printed_plans(&c.c_source);
+    let printed = common::printed_plans(&c.c_source);
     let kernel: Vec<&String> = printed
         .iter()
         .filter(|(f, _)| f.starts_with(&format!("k{id}")))
