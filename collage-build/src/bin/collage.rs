@@ -79,6 +79,10 @@ enum Cmd {
         /// Also write a self-contained HTML page drawing the graph coloured by backend.
         #[arg(long)]
         html: Option<PathBuf>,
+        /// Also run the model and time every kernel inside the runs (as `bench --profile`):
+        /// the table after the kernels, and a bar chart on the `--html` page
+        #[arg(long)]
+        profile: bool,
         /// The thread count the placement is for (a placement recorded by `collage tune --evolve
         /// --threads N` for it is used).
         #[arg(long, default_value_t = 1)]
@@ -133,6 +137,10 @@ enum Cmd {
         /// Minimum timed seconds.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Time every kernel inside the runs: a table of kernels, slowest first, with their
+        /// share of the run, achieved GFLOP/s or GB/s and fraction of the machine's roofline
+        #[arg(long)]
+        profile: bool,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -362,6 +370,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
         Cmd::Explain {
             model,
             html,
+            profile,
             threads,
             place,
         } => {
@@ -376,8 +385,28 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 collage_build::report::render_groups(&collage_build::report::groups(&c))
             );
             warn_misses(&c, place.cache.as_deref(), &model);
+            let pr = if profile {
+                let work = work_dir("profile");
+                let pr = collage_build::driver::profile::profile(
+                    &model,
+                    None,
+                    threads,
+                    Duration::from_secs(3),
+                    &work,
+                    &opts,
+                );
+                remove_work(&work);
+                let pr = pr?;
+                print!("{}", collage_build::driver::profile::render(&pr));
+                Some(pr)
+            } else {
+                None
+            };
             if let Some(path) = html {
-                let page = collage_build::report::html_page(&c, &ks);
+                let mut page = collage_build::report::html_page(&c, &ks);
+                if let Some(pr) = &pr {
+                    collage_build::report::add_profile(&mut page, pr);
+                }
                 std::fs::write(&path, collage_build::report::html::render(&page)).map_err(
                     |source| collage_build::Error::Io {
                         path: path.clone(),
@@ -477,6 +506,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             json,
             input,
             seconds,
+            profile,
             place,
         } => {
             let opts = place.options_for(threads)?;
@@ -489,6 +519,24 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 }
                 None => None,
             };
+            if profile {
+                let pr = collage_build::driver::profile::profile(
+                    &model,
+                    input,
+                    threads,
+                    Duration::from_secs_f64(seconds),
+                    &work,
+                    &opts,
+                );
+                remove_work(&work);
+                let pr = pr?;
+                if json {
+                    println!("{}", collage_build::driver::profile::to_json(&pr));
+                } else {
+                    print!("{}", collage_build::driver::profile::render(&pr));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let r = tools::bench(
                 &model,
                 input,

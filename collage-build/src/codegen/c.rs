@@ -320,6 +320,13 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     if let Some((_, w)) = &windows {
         w.emit_unit(&mut out);
     }
+    // A profiled build's counters: nanoseconds per kernel, indexed by stage id.
+    writeln!(
+        out,
+        "\n#ifdef CL_PROFILE\nuint64_t collage_{symbol}_profile_ns[{}];\n#endif",
+        p.bufs.len().max(1)
+    )
+    .unwrap();
     out.push_str("\n#ifdef CL_DISPATCH\n");
     for (isa, target, _) in VARIANTS {
         writeln!(
@@ -327,11 +334,11 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
             "#pragma GCC push_options\n#pragma GCC target(\"{target}\")"
         )
         .unwrap();
-        emit_variant(&mut out, p, places, *isa, &windows);
+        emit_variant(&mut out, p, places, *isa, &windows, symbol);
         out.push_str("#pragma GCC pop_options\n");
     }
     out.push_str("#endif\n");
-    emit_variant(&mut out, p, places, Isa::Base, &windows);
+    emit_variant(&mut out, p, places, Isa::Base, &windows, symbol);
     writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
     if let Some((_, w)) = &windows {
         w.emit_entry(&mut out);
@@ -420,9 +427,20 @@ fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
     line
 }
 
-fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windows: &Windows) {
+fn emit_variant(
+    out: &mut String,
+    p: &Program,
+    places: &[Place],
+    isa: Isa,
+    windows: &Windows,
+    symbol: &str,
+) {
     let suffix = isa.suffix();
     let mut calls = String::new();
+    // After a kernel's calls: its time in a profiled build.
+    let tick = |calls: &mut String, id: u32| {
+        writeln!(calls, "    CL_TICK(collage_{symbol}_profile_ns, {id});").unwrap()
+    };
     let end = arena_end(p, places);
     for (i, b) in p.bufs.iter().enumerate() {
         let BufKind::Stage(st) = &b.kind else {
@@ -451,6 +469,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windo
                 writeln!(out, "\n/* {} on {name} */", stage_title(st)).unwrap();
                 let epilogue = w.emit_call(out, places, id, &fname);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
+                tick(&mut calls, id);
                 Some(epilogue)
             }
             Exec::Library {
@@ -468,6 +487,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windo
                 let parallel = worth_parallel(p, st);
                 super::library::emit_gemm(out, places, id, &g, *backend, &fname, parallel);
                 writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
+                tick(&mut calls, id);
                 Some(st.gemm_epilogue())
             }
         };
@@ -495,6 +515,7 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windo
                     g.slots
                 )
                 .unwrap();
+                tick(&mut calls, id);
             }
             continue;
         }
@@ -521,9 +542,14 @@ fn emit_variant(out: &mut String, p: &Program, places: &[Place], isa: Isa, windo
         } else {
             writeln!(calls, "    {fname}(&ctx, 0, {n_outer});").unwrap();
         }
+        tick(&mut calls, id);
     }
     writeln!(out, "\nstatic void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
-    writeln!(out, "    collage_ctx ctx = {{A, W, I}};\n    (void)rt;").unwrap();
+    writeln!(
+        out,
+        "    collage_ctx ctx = {{A, W, I}};\n    (void)rt;\n    CL_TICK_START();"
+    )
+    .unwrap();
     out.push_str(&calls);
     if end > 0 {
         out.push_str(&live_line(end, &[(0, end)]));

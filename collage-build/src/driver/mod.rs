@@ -20,6 +20,7 @@ use crate::tune::{CostCache, TargetFingerprint};
 
 pub mod evolve;
 pub mod place;
+pub mod profile;
 pub mod run;
 #[cfg(test)]
 mod tests;

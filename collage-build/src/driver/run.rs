@@ -66,6 +66,8 @@ pub struct Loaded {
     pub runtime_inputs: Vec<usize>,
     /// Names of inputs bound to the given data because shapes depend on their values.
     pub bound: Vec<String>,
+    /// What the compiler made of it.
+    pub compiled: crate::codegen::Compiled,
 }
 
 /// Compiles `model` for running here. If a shape depends on the value of a graph input and `data`
@@ -77,6 +79,18 @@ pub fn load_model(
     work: &Path,
     opt: &str,
     opts: &Options,
+) -> Result<Loaded> {
+    load_model_with(model, data, work, opt, opts, false)
+}
+
+/// [`load_model`], `profiled` a build that times every kernel ([`NativeModel::build_with`]).
+pub fn load_model_with(
+    model: &Path,
+    data: Option<&[Tensor]>,
+    work: &Path,
+    opt: &str,
+    opts: &Options,
+    profiled: bool,
 ) -> Result<Loaded> {
     let g0 = onnx::load(model)?;
     let names: Vec<String> = g0
@@ -103,11 +117,12 @@ pub fn load_model(
                 let runtime_inputs = (0..names.len())
                     .filter(|i| !bound.contains(&names[*i]))
                     .collect();
-                let model = NativeModel::build(&c, work, opt)?;
+                let model = NativeModel::build_with(&c, work, opt, profiled)?;
                 return Ok(Loaded {
                     model,
                     runtime_inputs,
                     bound,
+                    compiled: c,
                 });
             }
             Err(Error::Node {
@@ -370,6 +385,24 @@ pub fn bench(
     opts: &Options,
 ) -> Result<BenchResult> {
     let mut loaded = load_model(model, input.as_deref(), work, "-O3", opts)?;
+    let mut times = timed_runs(&mut loaded, input, threads, min_time)?;
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let pct = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok(BenchResult {
+        median_ms: pct(0.5),
+        p90_ms: pct(0.9),
+        runs: times.len(),
+    })
+}
+
+/// Feeds `loaded` `input` (or deterministic pseudo-random data), warms up with 10 runs, then
+/// runs for at least `min_time` and 10 runs; the milliseconds of each timed run, in order.
+pub fn timed_runs(
+    loaded: &mut Loaded,
+    input: Option<Vec<Tensor>>,
+    threads: usize,
+    min_time: Duration,
+) -> Result<Vec<f64>> {
     let inputs: Vec<Tensor> = match input {
         Some(v) => loaded
             .runtime_inputs
@@ -388,6 +421,8 @@ pub fn bench(
     for _ in 0..10 {
         loaded.model.run_unchecked(&inputs, &exec);
     }
+    // What the warm-up runs counted in a profiled build is not the timed runs'.
+    loaded.model.take_profile();
     let mut times = Vec::new();
     let start = Instant::now();
     while start.elapsed() < min_time || times.len() < 10 {
@@ -395,13 +430,7 @@ pub fn bench(
         loaded.model.run_unchecked(&inputs, &exec);
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let pct = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    Ok(BenchResult {
-        median_ms: pct(0.5),
-        p90_ms: pct(0.9),
-        runs: times.len(),
-    })
+    Ok(times)
 }
 
 /// Reads a raw little-endian f32 file as a tensor of `shape`.

@@ -8,7 +8,7 @@ use collage_runtime::{Aligned, Arena, Executor, RawRt};
 use crate::codegen::{Compiled, Io};
 use crate::error::{io_err, Error, Result};
 use crate::ir::Tensor;
-use crate::toolchain::build_shared;
+use crate::toolchain::build_shared_with;
 
 type RunFn = unsafe extern "C" fn(
     rt: *const RawRt,
@@ -64,6 +64,16 @@ impl InstanceState {
     }
 }
 
+/// A profiled build's kernel counters inside its loaded library.
+struct Counters {
+    ptr: *mut u64,
+    len: usize,
+}
+
+// SAFETY: the counters belong to the library its `NativeModel` owns, and are read or written only
+// through `&mut NativeModel` (its runs and `take_profile`), so one thread at a time.
+unsafe impl Send for Counters {}
+
 /// A compiled model loaded into this process.
 pub struct NativeModel {
     // First: dropped before the library is unloaded.
@@ -78,16 +88,25 @@ pub struct NativeModel {
     pub outputs: Vec<Io>,
     /// The shared library.
     pub path: PathBuf,
+    /// A profiled build's counters (`collage_<symbol>_profile_ns`, one per buffer id).
+    profile: Option<Counters>,
 }
 
 impl NativeModel {
     /// Writes the C source to `dir`, compiles it and loads it.
     pub fn build(c: &Compiled, dir: &Path, opt: &str) -> Result<Self> {
+        Self::build_with(c, dir, opt, false)
+    }
+
+    /// [`NativeModel::build`], with `profiled` a build whose run function times every kernel
+    /// (`CL_PROFILE`; read with [`NativeModel::take_profile`]).
+    pub fn build_with(c: &Compiled, dir: &Path, opt: &str, profiled: bool) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let c_path = dir.join(format!("{}.c", c.symbol));
         std::fs::write(&c_path, &c.c_source).map_err(io_err(&c_path))?;
         let so = dir.join(format!("lib{}.so", c.symbol));
-        build_shared(&c_path, &so, opt)?;
+        let defines: &[&str] = if profiled { &["CL_PROFILE"] } else { &[] };
+        build_shared_with(&c_path, &so, opt, defines)?;
         // SAFETY: the library was just built from our generated C code, which has no constructors.
         let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
             path: so.clone(),
@@ -110,7 +129,23 @@ impl NativeModel {
                 c.weights.len(),
             )
         };
+        let profile = if profiled {
+            let sym = format!("collage_{}_profile_ns", c.symbol);
+            // SAFETY: a profiled build defines the counters as `uint64_t[max(1, bufs)]`.
+            let counters =
+                unsafe { lib.get::<*mut u64>(sym.as_bytes()) }.map_err(|e| Error::Load {
+                    path: so.clone(),
+                    detail: e.to_string(),
+                })?;
+            Some(Counters {
+                ptr: *counters,
+                len: c.program.bufs.len().max(1),
+            })
+        } else {
+            None
+        };
         Ok(NativeModel {
+            profile,
             state: InstanceState::load(&lib, &c.symbol),
             _lib: lib,
             run,
@@ -120,6 +155,18 @@ impl NativeModel {
             outputs: c.outputs.clone(),
             path: so,
         })
+    }
+
+    /// A profiled build's nanoseconds per kernel (indexed by stage id) summed over the runs
+    /// since the last call, which resets them; `None` for a build without profiling.
+    pub fn take_profile(&mut self) -> Option<Vec<u64>> {
+        let c = self.profile.as_ref()?;
+        // SAFETY: the counters live in the loaded library (kept alive by `self`), hold `len`
+        // entries, and no run is in progress (`&mut self`).
+        let counters = unsafe { std::slice::from_raw_parts_mut(c.ptr, c.len) };
+        let v = counters.to_vec();
+        counters.fill(0);
+        Some(v)
     }
 
     /// Runs the model on `inputs` (checked against the signature) and returns copies of the outputs.

@@ -29,6 +29,26 @@ pub struct Page {
     pub parts: Vec<PartRow>,
     /// Groups of stages that run as one loop of instances; their nodes get a dashed outline.
     pub groups: Vec<GroupRow>,
+    /// A profile's kernels, slowest first (`collage explain --profile`): drawn as a bar chart
+    /// above the graph. Empty: no chart.
+    pub profile: Vec<ProfileBar>,
+    /// The line above the chart (end-to-end time, the kernels' sum, the roofs).
+    pub profile_note: String,
+}
+
+/// One kernel of a profile: a bar of the chart.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProfileBar {
+    /// The kernel (`k<id> <name>`).
+    pub kernel: String,
+    /// Its backend; picks the colour.
+    pub backend: String,
+    /// Microseconds per run.
+    pub us: f64,
+    /// Its fraction of the roof that bounds it.
+    pub roof_fraction: f64,
+    /// Its plan, for the tooltip.
+    pub plan: String,
 }
 
 /// One group of stages (GraphTurbo): what the table under the partitions shows.
@@ -91,6 +111,66 @@ const LANE_GAP: i64 = 12;
 /// Characters of op type / short name that fit in a node box.
 const OP_CHARS: usize = 19;
 const NAME_CHARS: usize = 24;
+
+/// Most kernels the profile chart draws; the rest are summed into one last bar.
+pub const MAX_BARS: usize = 40;
+
+/// The profile as a horizontal bar chart (inline SVG): one bar per kernel, slowest first, its
+/// length its time, its colour its backend, its label the kernel, time, share and roof fraction.
+fn profile_chart(o: &mut String, page: &Page) {
+    const LABEL_W: i64 = 300;
+    const BAR_W: i64 = 520;
+    const ROW_H: i64 = 18;
+    let total: f64 = page.profile.iter().map(|b| b.us).sum::<f64>().max(1e-12);
+    let mut bars: Vec<ProfileBar> = page.profile.iter().take(MAX_BARS).cloned().collect();
+    if page.profile.len() > MAX_BARS {
+        let rest = &page.profile[MAX_BARS..];
+        bars.push(ProfileBar {
+            kernel: format!("{} more kernels", rest.len()),
+            backend: String::new(),
+            us: rest.iter().map(|b| b.us).sum(),
+            roof_fraction: f64::NAN,
+            plan: String::new(),
+        });
+    }
+    let longest = bars.iter().map(|b| b.us).fold(0.0, f64::max).max(1e-12);
+    let h = ROW_H * bars.len() as i64 + 8;
+    let w = LABEL_W + BAR_W + 200;
+    let _ = writeln!(o, "<h2>Profile ({} kernels)</h2>", page.profile.len());
+    let _ = writeln!(o, "<p class=\"note\">{}</p>", escape(&page.profile_note));
+    let _ = writeln!(
+        o,
+        "<div class=\"profile\">\n<svg id=\"profile\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"kernel profile\">"
+    );
+    for (i, b) in bars.iter().enumerate() {
+        let y = 4 + ROW_H * i as i64;
+        let len = ((b.us / longest) * BAR_W as f64).round().max(1.0) as i64;
+        let (fill, stroke) = colours(&b.backend);
+        let roof = if b.roof_fraction.is_finite() {
+            format!(", {:.0}% of roof", 100.0 * b.roof_fraction)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "<g class=\"bar\"><title>{kernel}&#10;backend: {backend}&#10;{us:.1} us per run&#10;plan: {plan}</title>\
+<text x=\"{lx}\" y=\"{ty}\" text-anchor=\"end\">{kernel_s}</text>\
+<rect x=\"{LABEL_W}\" y=\"{y}\" width=\"{len}\" height=\"{bh}\" fill=\"{fill}\" stroke=\"{stroke}\"/>\
+<text x=\"{vx}\" y=\"{ty}\">{us:.1} us ({share:.1}%{roof})</text></g>",
+            kernel = escape(&b.kernel),
+            kernel_s = escape(&truncate_end(&b.kernel, 40)),
+            backend = escape(&b.backend),
+            plan = escape(&b.plan),
+            us = b.us,
+            share = 100.0 * b.us / total,
+            lx = LABEL_W - 6,
+            ty = y + ROW_H - 5,
+            bh = ROW_H - 4,
+            vx = LABEL_W + len + 6,
+        );
+    }
+    o.push_str("</svg>\n</div>\n");
+}
 
 /// Escapes `&<>"'` for HTML text and attribute values.
 fn escape(s: &str) -> String {
@@ -416,6 +496,9 @@ dl.summary dd{margin:0}
 .sw{display:inline-block;width:12px;height:12px;border:1.5px solid;border-radius:3px;vertical-align:-1px;margin-right:5px}
 .graph{overflow:auto;max-height:80vh;border:1px solid #ddd;border-radius:6px;background:#fcfcfc}
 .graph svg{display:block}
+.profile{overflow:auto;border:1px solid #ddd;border-radius:6px;background:#fcfcfc;margin:0 0 12px}
+.profile svg{display:block}
+p.note{margin:0 0 8px;color:#444}
 svg text{font:11px system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;fill:#222}
 svg text.op{font-weight:600}
 svg text.pt{fill:#555}
@@ -512,6 +595,10 @@ pub fn render(page: &Page) -> String {
         );
     }
     o.push_str("</div>\n");
+
+    if !page.profile.is_empty() {
+        profile_chart(&mut o, page);
+    }
 
     // The graph.
     let _ = writeln!(
@@ -718,6 +805,17 @@ mod tests {
             nodes,
             edges,
             parts,
+            // More kernels than the chart draws: the rest in one bar.
+            profile: (0..MAX_BARS + 3)
+                .map(|i| ProfileBar {
+                    kernel: format!("k{i} Conv_{i}"),
+                    backend: ["c", "dnnl"][i % 2].into(),
+                    us: 1000.0 / (i + 1) as f64,
+                    roof_fraction: 0.5,
+                    plan: "register-blocked vecs=4 rows=4 prefetch=0".into(),
+                })
+                .collect(),
+            profile_note: "median 1.000 ms".into(),
         }
     }
 
@@ -802,6 +900,14 @@ mod tests {
                 nodes: vec![0],
                 detail: evil.into(),
             }],
+            profile: vec![ProfileBar {
+                kernel: evil.into(),
+                backend: evil.into(),
+                us: 1.0,
+                roof_fraction: 0.1,
+                plan: evil.into(),
+            }],
+            profile_note: evil.into(),
         };
         let html = render(&page);
         assert!(!html.contains("alert('x')"), "raw text leaked");
@@ -861,9 +967,13 @@ mod tests {
     fn nesting_and_self_contained() {
         let html = render(&sample(2));
         let seen = check_nesting(&html);
-        for t in ["html", "head", "body", "svg", "script", "style"] {
+        for t in ["html", "head", "body", "script", "style"] {
             assert_eq!(seen.iter().filter(|s| *s == t).count(), 1, "<{t}> once");
         }
+        // The graph and the profile chart: its first MAX_BARS kernels and one bar for the rest.
+        assert_eq!(seen.iter().filter(|s| *s == "svg").count(), 2);
+        assert_eq!(html.matches("<g class=\"bar\">").count(), MAX_BARS + 1);
+        assert!(html.contains("3 more kernels"));
         // The partitions' table and the groups'.
         assert_eq!(seen.iter().filter(|s| *s == "table").count(), 2);
         assert!(html.starts_with("<!DOCTYPE html>\n"));

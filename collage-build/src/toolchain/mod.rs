@@ -97,13 +97,19 @@ const CFLAGS: [&str; 6] = [
 /// (benchmark scripts that build the same placement many times; the source is compared byte for
 /// byte, so a hash collision only costs a compilation).
 pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
+    build_shared_with(c_path, out, opt, &[])
+}
+
+/// [`build_shared`] with preprocessor symbols defined (`CL_PROFILE`: a profiled build).
+pub fn build_shared_with(c_path: &Path, out: &Path, opt: &str, defines: &[&str]) -> Result<()> {
     let source = std::fs::read_to_string(c_path).unwrap_or_default();
     let cached = std::env::var_os("COLLAGE_CC_CACHE").map(|dir| {
         let key = crate::te::fnv64(&format!(
-            "{}\0{}\0{opt} {} {}\0{source}",
+            "{}\0{}\0{opt} {} {} {}\0{source}",
             c_compiler(),
             c_compiler_version(),
             CFLAGS.join(" "),
+            defines.join(" "),
             sanitizer_flags().join(" ")
         ));
         let dir = PathBuf::from(dir);
@@ -117,7 +123,7 @@ pub fn build_shared(c_path: &Path, out: &Path, opt: &str) -> Result<()> {
             return Ok(());
         }
     }
-    compile_shared(c_path, out, opt, &link_libs(&source))?;
+    compile_shared(c_path, out, opt, defines, &link_libs(&source))?;
     if let Some((c, so)) = &cached {
         // Best effort: a cache that cannot be written only costs the next compilation. Files
         // are renamed into place, the library before its source, which marks the entry complete.
@@ -145,7 +151,13 @@ pub fn sanitizer_flags() -> Vec<String> {
     }
 }
 
-fn compile_shared(c_path: &Path, out: &Path, opt: &str, libs: &[String]) -> Result<()> {
+fn compile_shared(
+    c_path: &Path,
+    out: &Path,
+    opt: &str,
+    defines: &[&str],
+    libs: &[String],
+) -> Result<()> {
     let sanitizers = sanitizer_flags();
     // Sanitised code at -O1, as the sanitizers' manuals advise: a report is about the source, not
     // the optimiser, and big units compile in half the time.
@@ -162,6 +174,7 @@ fn compile_shared(c_path: &Path, out: &Path, opt: &str, libs: &[String]) -> Resu
         } else {
             &[][..]
         })
+        .args(defines.iter().map(|d| format!("-D{d}")))
         .arg("-o")
         .arg(out)
         .arg(c_path)

@@ -1,3 +1,7 @@
+/* Profiled builds need clock_gettime, which strict C99 hides. */
+#if defined(CL_PROFILE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 199309L
+#endif
 #include <stdint.h>
 #include <math.h>
 
@@ -37,6 +41,19 @@ static void cl_live(uint8_t *a, const size_t *r, size_t n) {
 #define CL_LIVE(...) do { static const size_t cl_r_[] = {__VA_ARGS__}; cl_live(A, cl_r_, sizeof cl_r_ / sizeof cl_r_[0]); } while (0)
 #else
 #define CL_LIVE(...) do { } while (0)
+#endif
+
+/* Profiled builds (CL_PROFILE: `collage bench --profile`): the run function adds the wall time of
+   each kernel, from the end of the one before, to the kernel's counter in the array P
+   (nanoseconds; CL_TICK(P, id) after kernel id's calls). Nothing in other builds. */
+#ifdef CL_PROFILE
+#include <time.h>
+static uint64_t cl_now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
+#define CL_TICK_START() uint64_t cl_tick_ = cl_now_ns(); (void)cl_tick_
+#define CL_TICK(P, k) do { const uint64_t t_ = cl_now_ns(); P[k] += t_ - cl_tick_; cl_tick_ = t_; } while (0)
+#else
+#define CL_TICK_START() do { } while (0)
+#define CL_TICK(P, k) do { } while (0)
 #endif
 
 #define CL_INT_OPS(T, S) \
