@@ -87,7 +87,7 @@ fn profile_times_every_kernel_and_the_page_draws_it() {
     let target = collage_build::tune::TargetFingerprint::current("cc");
     let ks = collage_build::report::kernels(&c, &target, None);
     let mut page = collage_build::report::html_page(&c, &ks);
-    collage_build::report::add_profile(&mut page, &pr);
+    collage_build::driver::profile::add_to_page(&mut page, &pr);
     let html = collage_build::report::html::render(&page);
     assert!(html.contains("<svg id=\"profile\""));
     assert_eq!(

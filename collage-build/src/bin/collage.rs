@@ -405,7 +405,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             if let Some(path) = html {
                 let mut page = collage_build::report::html_page(&c, &ks);
                 if let Some(pr) = &pr {
-                    collage_build::report::add_profile(&mut page, pr);
+                    collage_build::driver::profile::add_to_page(&mut page, pr);
                 }
                 std::fs::write(&path, collage_build::report::html::render(&page)).map_err(
                     |source| collage_build::Error::Io {

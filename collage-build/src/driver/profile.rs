@@ -7,9 +7,10 @@
 //! Each kernel is set against the target's roofline ([`Roofs`]): its floating-point work and the
 //! bytes it must move at least (every buffer it reads, once, and its output), so that a kernel
 //! far below the roof that bounds it (compute or memory, whichever is lower at its arithmetic
-//! intensity) stands out. The roofs are measured where the profile runs: the FMA throughput of
-//! one core on independent vector chains, and the read bandwidth of one core over a buffer larger
-//! than the caches, both times the thread count.
+//! intensity) stands out. The roofs are measured where the profile runs, before and after the
+//! timed runs (the higher kept): the FMA throughput of one core on independent vector chains, and
+//! the read bandwidth of one core over a buffer larger than the caches, both times the thread
+//! count. On a machine busy with other work a kernel can show more than 100% of its roof.
 use std::fmt::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -124,6 +125,9 @@ pub fn profile(
     opts: &Options,
 ) -> Result<Profile> {
     let mut loaded = load_model_with(model, input.as_deref(), work, "-O3", opts, true)?;
+    // Roofs measured before and after the runs, the higher kept: a machine busy with something
+    // else for a moment lowers one measurement, not both.
+    let before = measure_roofs(work, threads)?;
     let mut times = timed_runs(&mut loaded, input, threads, min_time)?;
     let runs = times.len();
     let counters = loaded
@@ -180,7 +184,11 @@ pub fn profile(
         })
         .collect();
     kernels.sort_by(|a, b| b.us.total_cmp(&a.us).then(a.id.cmp(&b.id)));
-    let roofs = measure_roofs(work, threads)?;
+    let after = measure_roofs(work, threads)?;
+    let roofs = Roofs {
+        gflops: before.gflops.max(after.gflops),
+        gbps: before.gbps.max(after.gbps),
+    };
     Ok(Profile {
         model: loaded.compiled.name.clone(),
         bench: BenchResult {
@@ -335,6 +343,31 @@ pub fn render(pr: &Profile) -> String {
         .unwrap();
     }
     out
+}
+
+/// Adds `pr`'s kernels to the explain page as its profile chart, with the line above it.
+pub fn add_to_page(page: &mut crate::report::html::Page, pr: &Profile) {
+    page.profile_note = format!(
+        "median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms; roofs measured here: {:.1} GFLOP/s, {:.1} GB/s",
+        pr.bench.median_ms,
+        pr.mean_ms,
+        pr.bench.runs,
+        pr.threads,
+        pr.kernel_ms(),
+        pr.roofs.gflops,
+        pr.roofs.gbps
+    );
+    page.profile = pr
+        .kernels
+        .iter()
+        .map(|k| crate::report::html::ProfileBar {
+            kernel: format!("k{} {}", k.id, k.name),
+            backend: k.backend.to_string(),
+            us: k.us,
+            roof_fraction: k.roof_fraction(&pr.roofs),
+            plan: k.plan.clone(),
+        })
+        .collect();
 }
 
 /// A JSON string literal of `s`.

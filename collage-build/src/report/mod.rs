@@ -70,31 +70,6 @@ pub fn kernels(
         .collect()
 }
 
-/// Adds `pr`'s kernels to `page` as its profile chart, with the line above it.
-pub fn add_profile(page: &mut html::Page, pr: &crate::driver::profile::Profile) {
-    page.profile_note = format!(
-        "median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms; roofs measured here: {:.1} GFLOP/s, {:.1} GB/s",
-        pr.bench.median_ms,
-        pr.mean_ms,
-        pr.bench.runs,
-        pr.threads,
-        pr.kernel_ms(),
-        pr.roofs.gflops,
-        pr.roofs.gbps
-    );
-    page.profile = pr
-        .kernels
-        .iter()
-        .map(|k| html::ProfileBar {
-            kernel: format!("k{} {}", k.id, k.name),
-            backend: k.backend.to_string(),
-            us: k.us,
-            roof_fraction: k.roof_fraction(&pr.roofs),
-            plan: k.plan.clone(),
-        })
-        .collect();
-}
-
 /// One group of stages ([`crate::te::Group`]) with what [`crate::schedule::group::describe`]
 /// predicts of it.
 #[derive(Clone, Debug)]
