@@ -160,7 +160,46 @@ def loop_early_exit():
     save("test_loop_early_exit", m, inputs)
 
 
+def convtranspose_const():
+    """ConvTranspose with constant weights (what exported models have): passes/deconv.rs turns
+    the foldable ones into a 1x1 convolution and a Col2Im; the geometries cover strides, kernels
+    larger than the stride, padding, output padding, dilation, auto_pad, output_shape, stride 1,
+    a bias and none (two groups stay as written: the ONNX suite's group tests)."""
+    rng = np.random.default_rng(4)
+    cases = [
+        # name, x shape, w shape, attributes, bias
+        ("k2s2_bias", [1, 8, 5, 6], [8, 4, 2, 2], dict(strides=[2, 2]), True),
+        ("k4s2p1", [2, 6, 5, 4], [6, 3, 4, 3], dict(strides=[2, 1], pads=[1, 1, 1, 1]), True),
+        ("k3s2_outpad", [1, 5, 4, 4], [5, 2, 3, 3],
+         dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), False),
+        ("dilated", [1, 3, 4, 5], [3, 2, 3, 2],
+         dict(strides=[2, 3], dilations=[2, 1], pads=[0, 1, 2, 0]), True),
+        ("same_upper", [1, 4, 3, 5], [4, 3, 3, 3], dict(strides=[2, 2], auto_pad="SAME_UPPER"),
+         True),
+        ("output_shape", [1, 4, 3, 3], [4, 2, 3, 3], dict(strides=[3, 2], output_shape=[10, 8]),
+         False),
+        ("stride1", [1, 6, 5, 5], [6, 4, 3, 3], dict(pads=[1, 1, 1, 1]), True),
+    ]
+    for name, xs, ws, attrs, with_bias in cases:
+        w = nh.from_array(rng.uniform(-1, 1, ws).astype(np.float32), "w")
+        inits = [w]
+        ins = ["x", "w"]
+        m_out = ws[1] * attrs.get("group", 1)
+        if with_bias:
+            inits.append(nh.from_array(rng.uniform(-1, 1, [m_out]).astype(np.float32), "b"))
+            ins.append("b")
+        node = h.make_node("ConvTranspose", ins, ["y"], **attrs)
+        g = h.make_graph([node], f"convtranspose_{name}",
+                         [h.make_tensor_value_info("x", T.FLOAT, xs)],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)], initializer=inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+        m = onnx.shape_inference.infer_shapes(m)
+        inputs = {"x": rng.uniform(-1, 1, xs).astype(np.float32)}
+        save(f"test_convtranspose_const_{name}", m, inputs)
+
+
 narrow_int_fused()
 half_chain()
 narrow_outputs_from_attributes()
 loop_early_exit()
+convtranspose_const()

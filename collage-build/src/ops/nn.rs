@@ -631,6 +631,8 @@ struct CtGeom {
     dil: Vec<i64>,
     pb: Vec<i64>,
     out: Vec<usize>,
+    /// The unpadded output size `stride * (input - 1) + output_padding + dilated kernel`.
+    natural: Vec<i64>,
 }
 
 impl ConvTranspose {
@@ -664,6 +666,7 @@ impl ConvTranspose {
         };
         let mut pb = vec![0i64; r];
         let mut out = vec![0usize; r];
+        let mut naturals = vec![0i64; r];
         // Inputs, kernel extents and attributes are at most MAX_DIM in magnitude; the unpadded
         // output `natural` and `i * s` are checked, so every later sum fits `i64`.
         for j in 0..r {
@@ -712,6 +715,7 @@ impl ConvTranspose {
                 ));
             }
             out[j] = o as usize;
+            naturals[j] = natural;
         }
         Ok(CtGeom {
             kernel,
@@ -719,6 +723,7 @@ impl ConvTranspose {
             dil,
             pb,
             out,
+            natural: naturals,
         })
     }
 }
@@ -1870,6 +1875,59 @@ pub fn batchnorm_epsilon(op: &dyn super::Operator) -> Option<f64> {
         .downcast_ref::<BatchNorm>()
         .filter(|b| !b.training)
         .map(|b| b.epsilon)
+}
+
+/// A `ConvTranspose` as a product and a fold: `Y = Col2Im(W^T X)`, the product's columns every
+/// (output channel, kernel offset) of every input position, folded into the image as `Col2Im`
+/// takes them (`passes::deconv`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeconvFold {
+    /// Kernel extents.
+    pub kernel: Vec<usize>,
+    /// Strides.
+    pub strides: Vec<i64>,
+    /// Dilations.
+    pub dilations: Vec<i64>,
+    /// Col2Im's pads: every dimension's start, then every dimension's end.
+    pub pads: Vec<i64>,
+    /// The output's spatial extents.
+    pub image: Vec<usize>,
+}
+
+/// The fold of `op` when it is a `ConvTranspose` of one group over an input of spatial extents
+/// `x` with kernel extents `w` whose output is Col2Im's image of exactly the input's positions
+/// (non-negative pads at both ends, an output padding below the stride); `None` otherwise.
+pub fn conv_transpose_fold(
+    op: &dyn super::Operator,
+    x: &[usize],
+    w: &[usize],
+) -> Option<DeconvFold> {
+    let ct = op.as_any().downcast_ref::<ConvTranspose>()?;
+    if ct.group != 1 || x.len() != w.len() {
+        return None;
+    }
+    let geo = ct.geom(x, w).ok()?;
+    let r = x.len();
+    let mut pads = vec![0i64; 2 * r];
+    for j in 0..r {
+        let pe = geo.natural[j] - geo.out[j] as i64 - geo.pb[j];
+        let dk = geo.dil[j] * (geo.kernel[j] as i64 - 1) + 1;
+        // Col2Im's blocks over the padded image must be the input's positions.
+        let padded = geo.out[j] as i64 + geo.pb[j] + pe;
+        let blocks = (padded - dk).div_euclid(geo.strides[j]) + 1;
+        if geo.pb[j] < 0 || pe < 0 || blocks != x[j] as i64 {
+            return None;
+        }
+        pads[j] = geo.pb[j];
+        pads[r + j] = pe;
+    }
+    Some(DeconvFold {
+        kernel: geo.kernel,
+        strides: geo.strides,
+        dilations: geo.dil,
+        pads,
+        image: geo.out,
+    })
 }
 
 /// True for a Conv operator.

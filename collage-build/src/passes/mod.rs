@@ -2,6 +2,7 @@
 mod batchnorm;
 mod control;
 mod dce;
+mod deconv;
 mod infer;
 
 use crate::error::Result;
@@ -12,11 +13,12 @@ pub use infer::infer_and_fold;
 /// One pass: a name for messages and the function.
 pub type Pass = (&'static str, fn(&mut Graph) -> Result<()>);
 
-/// The default pipeline: shape inference with constant folding, BatchNorm folding, and dead-code
-/// elimination.
+/// The default pipeline: shape inference with constant folding, BatchNorm folding, transposed
+/// convolutions as a product and a fold (`deconv`), and dead-code elimination.
 pub const PIPELINE: &[Pass] = &[
     ("infer", infer_and_fold),
     ("fold_batchnorm", batchnorm::run),
+    ("deconv", deconv::run),
     ("dce", dce::run),
 ];
 

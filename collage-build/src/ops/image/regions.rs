@@ -2,6 +2,8 @@
 //! `image` family (the parent module holds the sampling helpers they share with `GridSample`).
 use std::sync::Arc;
 
+use crate::ops::OpKind;
+
 use super::{
     all, balanced_sum, clamp_index, const_list, dims_attr, icx, to_index, vars, zero, GridSample,
     Interp, Padding, MAX_TAPS,
@@ -106,6 +108,12 @@ impl Operator for Col2Im {
         "Col2Im"
     }
 
+    // A sum over kernel offsets: elementwise consumers (a transposed convolution's bias and
+    // activation) fuse into it as an epilogue.
+    fn kind(&self) -> OpKind {
+        OpKind::OutElementwiseFusable
+    }
+
     fn infer(&self, cx: &InferCx) -> OpResult<Vec<TensorType>> {
         arity(cx, 3, 3)?;
         let d = check_dtype(cx, 0, NUMERIC)?;
@@ -124,15 +132,37 @@ impl Operator for Col2Im {
         }
         let r = g.image.len();
         // Image position p lands in the column of block b at kernel offset k when
-        // p + pad_begin - k * dilation = b * stride.
+        // p + pad_begin - k * dilation = b * stride. Without dilation and with a stride, only
+        // the offsets k = (p + pad_begin) % stride + j * stride land (the position's phase): the
+        // reduction runs over j, ceil(kernel / stride) of them, and b = (p + pad_begin) / stride
+        // - j, with no divisibility test per offset (a transposed convolution's fold whose
+        // kernel is its stride takes one offset per position).
         let mut conds = Vec::new();
         let mut b = Vec::with_capacity(r);
+        let mut offsets = Vec::with_capacity(r);
+        let mut extents = Vec::with_capacity(r);
         for i in 0..r {
-            let t = Expr::var(2 + i)
-                .add(Expr::i(g.pads[i]))
-                .sub(Expr::rvar(i).mul(Expr::i(g.dilations[i])));
-            let s = g.strides[i];
+            let (s, dl, kn) = (g.strides[i], g.dilations[i], g.block[i]);
             let nb = g.blocks[i] as i64;
+            let p = Expr::var(2 + i).add(Expr::i(g.pads[i]));
+            if dl == 1 && s > 1 {
+                let taps = kn.div_ceil(s as usize);
+                let k = p
+                    .clone()
+                    .fmod(Expr::i(s))
+                    .add(Expr::rvar(i).mul(Expr::i(s)));
+                if kn % s as usize != 0 {
+                    conds.push(k.clone().lt(Expr::i(kn as i64)));
+                }
+                let q = p.div(Expr::i(s)).sub(Expr::rvar(i));
+                conds.push(q.clone().ge(Expr::i(0)));
+                conds.push(q.clone().lt(Expr::i(nb)));
+                b.push(q.max(Expr::i(0)).min(Expr::i(nb - 1)));
+                offsets.push(k.min(Expr::i(kn as i64 - 1)));
+                extents.push(taps);
+                continue;
+            }
+            let t = p.sub(Expr::rvar(i).mul(Expr::i(dl)));
             conds.push(t.clone().ge(Expr::i(0)));
             if s != 1 {
                 conds.push(t.clone().fmod(Expr::i(s)).eq(Expr::i(0)));
@@ -140,23 +170,27 @@ impl Operator for Col2Im {
             let q = t.div(Expr::i(s));
             conds.push(q.clone().lt(Expr::i(nb)));
             b.push(q.max(Expr::i(0)).min(Expr::i(nb - 1)));
+            offsets.push(Expr::rvar(i));
+            extents.push(kn);
         }
-        let rv: Vec<Expr> = (0..r).map(Expr::rvar).collect();
         let k = shape_numel(&g.block, "Col2Im's block size")? as i64;
         let ch = Expr::var(1)
             .mul(Expr::i(k))
-            .add(Expr::flatten(&rv, &g.block));
+            .add(Expr::flatten(&offsets, &g.block));
         let col = Expr::flatten(&b, &g.blocks);
         let v = Expr::load(Src::Arg(0), vec![Expr::var(0), ch, col]);
         let body = Expr::select(all(conds).expect("conditions"), v, zero(d));
-        check_work(&out.shape, &g.block, "Col2Im")?;
-        Ok(vec![cx.reduce(
-            out,
-            RedOp::Sum,
-            g.block.clone(),
-            body,
-            None,
-        )])
+        check_work(&out.shape, &extents, "Col2Im")?;
+        if extents.iter().all(|&e| e == 1) {
+            // One offset per position (a kernel that is its stride): a gather, no sum.
+            let zeros = vec![Expr::i(0); r];
+            let body = body.rewrite(&mut |e| match e {
+                Expr::RVar(k) => Some(zeros[*k as usize].clone()),
+                _ => None,
+            });
+            return Ok(vec![cx.stage(out, body)]);
+        }
+        Ok(vec![cx.reduce(out, RedOp::Sum, extents, body, None)])
     }
 }
 
