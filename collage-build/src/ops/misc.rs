@@ -473,6 +473,41 @@ impl Resize {
         Ok(((2 - 2 * start) as usize, ks))
     }
 
+    /// `floor(i * w_in / o)` for output position `i` (variable 0) when the nearest-neighbour index
+    /// map `idx` (of variable 0, reading the source coordinate `xo` as local stage 0) takes exactly
+    /// those values at every one of the `o` positions: `i / s` for an upsampling by a whole `s`,
+    /// `i * s` for a downsampling by one, `i` for neither. Computed by evaluating the map, so the
+    /// rewrite holds by construction; `None` for any other map.
+    fn integer_map(xo: &Expr, idx: &Expr, w_in: usize, o: usize) -> Option<Expr> {
+        let stage = |ty: TensorType, body: Expr| crate::te::Stage {
+            name: "resize_index".into(),
+            ty,
+            body,
+            reduce: None,
+            materialize: false,
+            part: 0,
+            exec: crate::te::Exec::Generated,
+            choice: None,
+        };
+        let xs = stage(TensorType::new(DType::F64, vec![o]), xo.clone());
+        let is = stage(TensorType::new(DType::I64, vec![o]), idx.clone());
+        let table = crate::te::eval_stages(&[xs, is], &[], &[Src::Local(1)]).pop()?;
+        let (wi, oi) = (w_in as i64, o as i64);
+        let ok = (0..oi).all(|i| table.get_f64(i as usize) as i64 == i * wi / oi);
+        if !ok {
+            return None;
+        }
+        Some(if wi == oi {
+            Expr::var(0)
+        } else if oi % wi == 0 {
+            Expr::var(0).div(Expr::i(oi / wi))
+        } else if wi % oi == 0 {
+            Expr::var(0).mul(Expr::i(wi / oi))
+        } else {
+            Expr::var(0).mul(Expr::i(wi)).div(Expr::i(oi))
+        })
+    }
+
     /// The filter weight at distance `d` (F64, already scaled).
     fn kernel(&self, d: Expr) -> Expr {
         let x = d.abs();
@@ -543,7 +578,7 @@ impl Operator for Resize {
             let cur_d = cx.dtype(cur);
             // Source coordinate per output position.
             let xo_body = self.x_ori(Expr::var(0).cast(DType::F64), scale, w_in, o, p.roi[a]);
-            let xo = cx.stage(TensorType::new(DType::F64, vec![o]), xo_body);
+            let xo = cx.stage(TensorType::new(DType::F64, vec![o]), xo_body.clone());
             let xo_at = |k: usize| Expr::load(xo, vec![Expr::var(k)]);
             let extrap = |v: Expr, d: DType| -> Expr {
                 if self.coord != Coord::TfCropAndResize {
@@ -589,11 +624,18 @@ impl Operator for Resize {
                         Expr::select(cond, xf.clone(), xf.add(f64c(1.0)))
                     }
                 };
-                let idx_s = cx.stage(
-                    TensorType::new(DType::I64, vec![o]),
-                    clamp_index(idx_f.cast(DType::I64), w_in),
-                );
-                let body = Expr::load(cur, vars(a, Expr::load(idx_s, vec![Expr::var(a)])));
+                let idx_body = clamp_index(idx_f.cast(DType::I64), w_in);
+                // An index map that is an integer up- or downsampling (what nearest resizes by
+                // whole factors are) is written as one: no per-element float arithmetic.
+                let local = idx_body.map_src(&|s| if s == xo { Src::Local(0) } else { s });
+                let idx = match Self::integer_map(&xo_body, &local, w_in, o) {
+                    Some(e) => e.subst_vars(&[Expr::var(a)]),
+                    None => {
+                        let idx_s = cx.stage(TensorType::new(DType::I64, vec![o]), idx_body);
+                        Expr::load(idx_s, vec![Expr::var(a)])
+                    }
+                };
+                let body = Expr::load(cur, vars(a, idx));
                 let body = extrap(body, cur_d);
                 cur = cx.stage(TensorType::new(cur_d, new_shape.clone()), body);
                 shape = new_shape;
