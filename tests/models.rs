@@ -110,3 +110,10 @@ fn mobilenetv2_matches_onnx_runtime() {
 fn vit_matches_onnx_runtime() {
     check("vit");
 }
+
+// A DBNet-style text detector (`tests/support/cnn_models.py`): an FPN of nearest-neighbour
+// Resizes and a head of two ConvTransposes (as a product and a fold, `passes/deconv.rs`).
+#[test]
+fn dbnet_matches_onnx_runtime() {
+    check("dbnet");
+}

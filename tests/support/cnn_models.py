@@ -5,8 +5,9 @@ weights (He-initialised, fixed seeds), beside the benchmark models of ../shared/
 
     models.py DIR && cnn_models.py DIR
 
-writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3, mobilenetv2 and
-vit (a ViT-style encoder of our own: 16x16 patches, class token, pre-LN blocks) (the same
+writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3, mobilenetv2,
+vit (a ViT-style encoder of our own: 16x16 patches, class token, pre-LN blocks) and dbnet (a
+DBNet-style text detector of our own: FPN with Resize, ConvTranspose head; 320x480) (the same
 layout as the shared benchmark models, so ort_reference.py, ort_bench.py, tests/models.rs and
 bench_compare.py read them the same way).
 """
@@ -161,9 +162,71 @@ def build_vit():
     return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
 
 
+DBNET_INPUT = [1, 3, 320, 480]
+
+
+def build_dbnet():
+    """A DBNet-style text detector of our own (as paddle2onnx exports one, BatchNorm folded):
+    a MobileNetV2 backbone (features at 1/4, 1/8, 1/16, 1/32), an FPN (1x1 lateral convolutions,
+    nearest-neighbour Resize x2 top-down, 3x3 smoothing convolutions, Resize x8/x4/x2 to 1/4 and
+    a concatenation), and the probability head: 3x3 convolution, two ConvTranspose 2x2 stride 2
+    back to the input's size, Sigmoid."""
+    b = Builder("dbnet", seed=25)
+    lo, hi = b.scalar(0.0, "relu6_lo"), b.scalar(6.0, "relu6_hi")
+
+    def cbr6(x, cin, cout, k, stride=1, group=1, act=True):
+        y = b.conv(x, cin, cout, k, stride=stride, pad=(k - 1) // 2, group=group, bias=True)
+        return b.op("Clip", [y, lo, hi]) if act else y
+
+    def up(x, f):
+        return b.op("Resize", [x, "", b.init(np.array([1, 1, f, f], np.float32), "scales")],
+                    mode="nearest")
+
+    def deconv(x, cin, cout):
+        w = b.init(b.randn((cin, cout, 2, 2), np.sqrt(2.0 / (cin * 4))), "deconv_w")
+        bias = b.init(b.randn((cout,), 0.01), "deconv_b")
+        return b.op("ConvTranspose", [x, w, bias], kernel_shape=[2, 2], strides=[2, 2])
+
+    cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+           (6, 160, 3, 2), (6, 320, 1, 1)]
+    x, cin, feats = cbr6("input", 3, 32, 3, stride=2), 32, {}
+    for t, c, n, s in cfg:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            exp = cin * t
+            y = cbr6(x, cin, exp, 1) if t != 1 else x
+            y = cbr6(y, exp, exp, 3, stride=stride, group=exp)
+            y = cbr6(y, exp, c, 1, act=False)
+            x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+        feats[c] = x
+    c2, c3, c4, c5 = feats[24], feats[32], feats[96], feats[320]
+    inner = 96
+    in5 = b.conv(c5, 320, inner, 1)
+    in4 = b.conv(c4, 96, inner, 1)
+    in3 = b.conv(c3, 32, inner, 1)
+    in2 = b.conv(c2, 24, inner, 1)
+    out4 = b.op("Add", [in4, up(in5, 2)])
+    out3 = b.op("Add", [in3, up(out4, 2)])
+    out2 = b.op("Add", [in2, up(out3, 2)])
+    q = inner // 4
+    p5 = up(b.conv(in5, inner, q, 3, pad=1), 8)
+    p4 = up(b.conv(out4, inner, q, 3, pad=1), 4)
+    p3 = up(b.conv(out3, inner, q, 3, pad=1), 2)
+    p2 = b.conv(out2, inner, q, 3, pad=1)
+    fuse = b.op("Concat", [p5, p4, p3, p2], axis=1)
+    h = b.op("Relu", [b.conv(fuse, inner, q, 3, pad=1, bias=True)])
+    h = b.op("Relu", [deconv(h, q, q)])
+    h = deconv(h, q, 1)
+    b.op("Sigmoid", [h])
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", DBNET_INPUT, "output", [1, 1] + DBNET_INPUT[2:])
+
+
 os.makedirs(OUT, exist_ok=True)
 for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobilenetv3),
-                    ("mobilenetv2", build_mobilenetv2), ("vit", build_vit)]:
+                    ("mobilenetv2", build_mobilenetv2), ("vit", build_vit),
+                    ("dbnet", build_dbnet)]:
     model = build()
     model.opset_import[0].version = OPSET
     model.ir_version = 9
@@ -171,5 +234,6 @@ for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobi
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, os.path.join(OUT, f"{name}.onnx"))
     rng = np.random.default_rng(100)
-    rng.standard_normal((1, 3, 224, 224)).astype("<f4").tofile(os.path.join(OUT, f"{name}.input.f32"))
+    shape = DBNET_INPUT if name == "dbnet" else [1, 3, 224, 224]
+    rng.standard_normal(shape).astype("<f4").tofile(os.path.join(OUT, f"{name}.input.f32"))
     print(f"{name}: {len(model.graph.node)} nodes written")
