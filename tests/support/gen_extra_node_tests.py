@@ -198,8 +198,39 @@ def convtranspose_const():
         save(f"test_convtranspose_const_{name}", m, inputs)
 
 
+def topk_small_k():
+    """TopK with k small against the axis (selected one element at a time, ops/reduce.rs):
+    largest and smallest, the last axis and the first, float (with infinities) and int64;
+    distinct values, so the reference's order of equal ones does not matter."""
+    rng = np.random.default_rng(5)
+    for name, dtype, shape, axis, largest in [
+        ("float_last", np.float32, [3, 50], -1, 1),
+        ("float_first_smallest", np.float32, [60, 4], 0, 0),
+        ("int64_last_smallest", np.int64, [2, 45], 1, 0),
+    ]:
+        n = shape[axis]
+        rows = int(np.prod(shape)) // n
+        x = np.stack([rng.permutation(n) for _ in range(rows)]).astype(dtype) - n // 2
+        x = np.moveaxis(x.reshape([rows, n]), 1, axis % len(shape)).reshape(shape)
+        if dtype == np.float32:
+            x = x * 0.5
+            x.flat[3] = np.inf
+            x.flat[7] = -np.inf
+        elem = T.FLOAT if dtype == np.float32 else T.INT64
+        k = nh.from_array(np.array([5], np.int64), "k")
+        node = h.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
+        out_shape = list(shape)
+        out_shape[axis] = 5
+        g = h.make_graph([node], f"topk_{name}", [h.make_tensor_value_info("x", elem, shape)],
+                         [h.make_tensor_value_info("v", elem, out_shape),
+                          h.make_tensor_value_info("i", T.INT64, out_shape)], initializer=[k])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+        save(f"test_topk_small_k_{name}", m, {"x": x})
+
+
 narrow_int_fused()
 half_chain()
 narrow_outputs_from_attributes()
 loop_early_exit()
 convtranspose_const()
+topk_small_k()

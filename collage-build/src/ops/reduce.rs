@@ -514,6 +514,106 @@ impl TopK {
     }
 }
 
+/// The most elements [`TopK`] selects one at a time (two reductions over the axis each);
+/// beyond it, or when `k` is half the axis, every element's rank is counted (`n^2` work).
+const SELECT_K: usize = 16;
+
+impl TopK {
+    /// The `k` elements one at a time along axis `a`: each is the first, in the output's order,
+    /// of the elements after the one chosen before it. The order is that of an integer key per
+    /// element (the value itself for integers; for floats the bits made monotonic, every NaN
+    /// the greatest and both zeros equal, as the ranking's comparisons take them), then the
+    /// index: element `j` follows `(key, i)` when its key is past `key` or equal with `j > i`.
+    fn select_iteratively(&self, cx: &mut LowerCx, a: usize, k: usize) -> Vec<Src> {
+        let xt = cx.input(0).clone();
+        let d = xt.dtype;
+        let rank = xt.rank();
+        let n = xt.shape[a];
+        let at = |e: Expr| -> Vec<Expr> {
+            let mut v = vars(rank);
+            v[a] = e;
+            v
+        };
+        let x = Expr::load(Src::Arg(0), vars(rank));
+        let key = match d {
+            DType::F32 | DType::F64 => {
+                let (bits, mask) = if d == DType::F32 {
+                    (DType::I32, i64::from(i32::MAX))
+                } else {
+                    (DType::I64, i64::MAX)
+                };
+                let b = Expr::Un(UnOp::BitCast(bits), Box::new(x.clone())).cast(DType::I64);
+                let ordered =
+                    Expr::select(b.clone().ge(Expr::i(0)), b.clone(), b.bitxor(Expr::i(mask)));
+                let ordered = Expr::select(x.clone().eq(Expr::c(d, 0.0)), Expr::i(0), ordered);
+                Expr::select(x.is_nan(), Expr::i(i64::MAX), ordered)
+            }
+            _ => x.cast(DType::I64),
+        };
+        let keys = cx.stage(TensorType::new(DType::I64, xt.shape.clone()), key);
+        let mut one = xt.shape.clone();
+        one[a] = 1;
+        let kj = Expr::load(keys, at(Expr::rvar(0)));
+        let (red, none) = if self.largest {
+            (RedOp::Max, i64::MIN)
+        } else {
+            (RedOp::Min, i64::MAX)
+        };
+        let mut chosen: Vec<Src> = Vec::with_capacity(k);
+        let mut prev: Option<(Src, Src)> = None;
+        for _ in 0..k {
+            let candidate = match prev {
+                None => Expr::bool(true),
+                Some((pk, pi)) => {
+                    let (pk, pi) = (
+                        Expr::load(pk, at(Expr::i(0))),
+                        Expr::load(pi, at(Expr::i(0))),
+                    );
+                    let past = if self.largest {
+                        kj.clone().lt(pk.clone())
+                    } else {
+                        kj.clone().gt(pk.clone())
+                    };
+                    past.or(kj.clone().eq(pk).and(Expr::rvar(0).gt(pi)))
+                }
+            };
+            let best = cx.reduce(
+                TensorType::new(DType::I64, one.clone()),
+                red,
+                vec![n],
+                Expr::select(candidate.clone(), kj.clone(), Expr::i(none)),
+                None,
+            );
+            let hit = candidate.and(kj.clone().eq(Expr::load(best, at(Expr::i(0)))));
+            let idx = cx.reduce(
+                TensorType::new(DType::I64, one.clone()),
+                RedOp::Min,
+                vec![n],
+                Expr::select(hit, Expr::rvar(0), Expr::i(n as i64 - 1)),
+                None,
+            );
+            chosen.push(idx);
+            prev = Some((best, idx));
+        }
+        // Output position p along the axis takes the p-th choice.
+        let mut index = Expr::load(chosen[k - 1], at(Expr::i(0)));
+        for p in (0..k - 1).rev() {
+            index = Expr::select(
+                Expr::var(a).eq(Expr::i(p as i64)),
+                Expr::load(chosen[p], at(Expr::i(0))),
+                index,
+            );
+        }
+        let vt = cx.output(0).clone();
+        let it = TensorType::new(DType::I64, vt.shape.clone());
+        let idx = cx.stage(it, index);
+        let vals = cx.stage(vt, Expr::load(Src::Arg(0), at(Expr::load(idx, vars(rank)))));
+        let mut outs = vec![vals, idx];
+        outs.truncate(cx.outputs.len());
+        outs
+    }
+}
+
 impl Operator for TopK {
     fn op_type(&self) -> &'static str {
         "TopK"
@@ -549,6 +649,10 @@ impl Operator for TopK {
             v[a] = e;
             v
         };
+        let k = cx.output(0).shape[a];
+        if k > 0 && k <= SELECT_K && 2 * k < n {
+            return Ok(self.select_iteratively(cx, a, k));
+        }
         // rank(i) = #{j : x_j comes before x_i}.
         let xi = Expr::load(Src::Arg(0), vars(rank));
         let xj = Expr::load(Src::Arg(0), at(Expr::rvar(0)));
@@ -753,3 +857,95 @@ pub const OPS: &[(&str, Constructor)] = &[
         }))
     }),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing;
+    use crate::ops::Attr;
+    use crate::tensor::{DType, Tensor};
+
+    /// TopK of `x` ([rows, n], axis 1) by the definition: indices sorted by "comes before"
+    /// (NaN the greatest, equal values by lower index), the first `k`.
+    fn reference(x: &[f64], rows: usize, n: usize, k: usize, largest: bool) -> Vec<i64> {
+        let gt = |a: f64, b: f64| a > b || (a.is_nan() && !b.is_nan());
+        let mut out = Vec::new();
+        for r in 0..rows {
+            let row = &x[r * n..(r + 1) * n];
+            let mut idx: Vec<usize> = (0..n).collect();
+            idx.sort_by(|&i, &j| {
+                let (a, b) = (row[i], row[j]);
+                let before = if largest { gt(a, b) } else { gt(b, a) };
+                let after = if largest { gt(b, a) } else { gt(a, b) };
+                if before {
+                    std::cmp::Ordering::Less
+                } else if after {
+                    std::cmp::Ordering::Greater
+                } else {
+                    i.cmp(&j)
+                }
+            });
+            out.extend(idx[..k].iter().map(|&i| i as i64));
+        }
+        out
+    }
+
+    /// Small `k` selects one element at a time: the same indices and values as the definition,
+    /// with NaNs, infinities, both zeros and repeated values, largest and smallest, on floats
+    /// and integers.
+    #[test]
+    fn top_k_one_at_a_time_matches_the_definition() {
+        let (rows, n, k) = (3, 40, 7);
+        let specials = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+            -0.0,
+            2.5,
+            2.5,
+            -1.0,
+        ];
+        let mut x = Vec::new();
+        let mut s: u64 = 17;
+        for i in 0..rows * n {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = ((s >> 40) % 9) as f64 - 4.0;
+            x.push(if i % 5 == 0 {
+                specials[(i / 5) % specials.len()]
+            } else {
+                v
+            });
+        }
+        for dtype in [DType::F32, DType::F64, DType::I64] {
+            let xs: Vec<f64> = match dtype {
+                DType::I64 => x
+                    .iter()
+                    .map(|v| if v.is_finite() { v.trunc() } else { 7.0 })
+                    .collect(),
+                _ => x.clone(),
+            };
+            for largest in [true, false] {
+                let op =
+                    testing::build("TopK", &[("largest", Attr::Int(largest as i64))], 11, 2, 2)
+                        .unwrap();
+                let args = [
+                    Some(Tensor::from_f64_as(dtype, &[rows, n], &xs)),
+                    Some(Tensor::from_i64(&[1], &[k as i64])),
+                ];
+                let out = testing::eval(op.as_ref(), &args, &[1]).unwrap();
+                let want = reference(&xs, rows, n, k, largest);
+                let got: Vec<i64> = out[1].to_f64().iter().map(|&v| v as i64).collect();
+                assert_eq!(got, want, "{dtype:?} largest={largest}");
+                for (r, (&i, v)) in want.iter().zip(out[0].to_f64()).enumerate() {
+                    let w = xs[(r / k) * n + i as usize];
+                    assert!(
+                        v == w || (v.is_nan() && w.is_nan()),
+                        "{dtype:?} value {v} != {w}"
+                    );
+                }
+            }
+        }
+    }
+}
