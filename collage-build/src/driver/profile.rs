@@ -8,9 +8,10 @@
 //! bytes it must move at least (every buffer it reads, once, and its output), so that a kernel
 //! far below the roof that bounds it (compute or memory, whichever is lower at its arithmetic
 //! intensity) stands out. The roofs are measured where the profile runs, before and after the
-//! timed runs (the higher kept): the FMA throughput of one core on independent vector chains, and
-//! the read bandwidth of one core over a buffer larger than the caches, both times the thread
-//! count. On a machine busy with other work a kernel can show more than 100% of its roof.
+//! timed runs (the higher kept): the FMA throughput of one core on independent vector chains, the
+//! read bandwidth of one core over a buffer larger than the caches, and over half its L2 (the
+//! roof of a kernel whose bytes fit there), all times the thread count. On a machine busy with
+//! other work a kernel can show more than 100% of its roof.
 use std::fmt::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,18 +30,32 @@ pub struct Roofs {
     /// Floating-point operations per second, in billions (an FMA is two): one core's measured
     /// peak times the thread count.
     pub gflops: f64,
-    /// Bytes read per second, in billions: one core's measured read bandwidth times the thread
-    /// count.
+    /// Bytes read per second from memory, in billions: one core's measured read bandwidth over
+    /// a buffer larger than the caches, times the thread count.
     pub gbps: f64,
+    /// The same from the cache of [`Roofs::cache_bytes`] (half the L2 read over and over).
+    pub cache_gbps: f64,
+    /// The working set, in bytes, up to which a kernel's bytes are taken to come from the cache
+    /// (the L2 of the cores that run it).
+    pub cache_bytes: f64,
 }
 
 impl Roofs {
+    /// The bandwidth roof for a kernel that moves `bytes`: the cache's when they fit in it.
+    pub fn bandwidth(&self, bytes: f64) -> f64 {
+        if bytes <= self.cache_bytes {
+            self.cache_gbps
+        } else {
+            self.gbps
+        }
+    }
+
     /// The roof at arithmetic intensity `flops / bytes`, GFLOP/s.
     pub fn at(&self, flops: f64, bytes: f64) -> f64 {
         if bytes <= 0.0 {
             return self.gflops;
         }
-        self.gflops.min(self.gbps * flops / bytes)
+        self.gflops.min(self.bandwidth(bytes) * flops / bytes)
     }
 }
 
@@ -82,7 +97,7 @@ impl KernelTime {
     /// The fraction of its roof it reaches: achieved over the roof at its intensity.
     pub fn roof_fraction(&self, roofs: &Roofs) -> f64 {
         if self.memory_bound(roofs) {
-            self.gbps() / roofs.gbps
+            self.gbps() / roofs.bandwidth(self.bytes)
         } else {
             self.gflops() / roofs.gflops
         }
@@ -188,6 +203,8 @@ pub fn profile(
     let roofs = Roofs {
         gflops: before.gflops.max(after.gflops),
         gbps: before.gbps.max(after.gbps),
+        cache_gbps: before.cache_gbps.max(after.cache_gbps),
+        cache_bytes: before.cache_bytes,
     };
     Ok(Profile {
         model: loaded.compiled.name.clone(),
@@ -276,11 +293,25 @@ pub fn measure_roofs(work: &Path, threads: usize) -> Result<Roofs> {
         sink += unsafe { read(buf.as_ptr(), n as i64) };
         t.elapsed().as_secs_f64()
     });
+    // Half the L2 (whole vectors of 4 lanes' groups), read 64 times per measurement.
+    let l2 = Target::host().cpu().map_or(1 << 20, |c| c.l2);
+    let m = (l2 / 8 / (lanes * 4) * (lanes * 4)).max(lanes * 4);
+    let reps = 64;
+    let cache_s = best(&mut || {
+        let t = Instant::now();
+        for _ in 0..reps {
+            // SAFETY: as above, over the first `m` floats of `buf` (`m` < `n`).
+            sink += unsafe { read(buf.as_ptr(), m as i64) };
+        }
+        t.elapsed().as_secs_f64()
+    });
     std::hint::black_box(sink);
     let threads = threads.max(1) as f64;
     Ok(Roofs {
         gflops: (iters as f64 * 12.0 * lanes as f64 * 2.0) / fma_s / 1e9 * threads,
         gbps: (n as f64 * 4.0) / read_s / 1e9 * threads,
+        cache_gbps: (m as f64 * 4.0 * reps as f64) / cache_s / 1e9 * threads,
+        cache_bytes: l2 as f64 * threads,
     })
 }
 
@@ -303,8 +334,12 @@ pub fn render(pr: &Profile) -> String {
     .unwrap();
     writeln!(
         out,
-        "roofs (measured here, one core x {} thread(s)): {:.1} GFLOP/s, {:.1} GB/s",
-        pr.threads, pr.roofs.gflops, pr.roofs.gbps
+        "roofs (measured here, one core x {} thread(s)): {:.1} GFLOP/s, {:.1} GB/s from memory, {:.1} GB/s from cache (up to {:.0} KiB)",
+        pr.threads,
+        pr.roofs.gflops,
+        pr.roofs.gbps,
+        pr.roofs.cache_gbps,
+        pr.roofs.cache_bytes / 1024.0
     )
     .unwrap();
     writeln!(
@@ -348,14 +383,15 @@ pub fn render(pr: &Profile) -> String {
 /// Adds `pr`'s kernels to the explain page as its profile chart, with the line above it.
 pub fn add_to_page(page: &mut crate::report::html::Page, pr: &Profile) {
     page.profile_note = format!(
-        "median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms; roofs measured here: {:.1} GFLOP/s, {:.1} GB/s",
+        "median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms; roofs measured here: {:.1} GFLOP/s, {:.1} GB/s from memory, {:.1} GB/s from cache",
         pr.bench.median_ms,
         pr.mean_ms,
         pr.bench.runs,
         pr.threads,
         pr.kernel_ms(),
         pr.roofs.gflops,
-        pr.roofs.gbps
+        pr.roofs.gbps,
+        pr.roofs.cache_gbps
     );
     page.profile = pr
         .kernels
@@ -407,7 +443,7 @@ pub fn to_json(pr: &Profile) -> String {
         })
         .collect();
     format!(
-        "{{\"model\": {}, \"median_ms\": {}, \"p90_ms\": {}, \"mean_ms\": {}, \"runs\": {}, \"threads\": {}, \"kernel_ms\": {}, \"roof_gflops\": {}, \"roof_gbps\": {}, \"kernels\": [{}]}}",
+        "{{\"model\": {}, \"median_ms\": {}, \"p90_ms\": {}, \"mean_ms\": {}, \"runs\": {}, \"threads\": {}, \"kernel_ms\": {}, \"roof_gflops\": {}, \"roof_gbps\": {}, \"roof_cache_gbps\": {}, \"kernels\": [{}]}}",
         json_str(&pr.model),
         pr.bench.median_ms,
         pr.bench.p90_ms,
@@ -417,6 +453,7 @@ pub fn to_json(pr: &Profile) -> String {
         pr.kernel_ms(),
         pr.roofs.gflops,
         pr.roofs.gbps,
+        pr.roofs.cache_gbps,
         kernels.join(", ")
     )
 }
