@@ -222,6 +222,7 @@ impl Emitter<'_> {
             UnOp::Round => f("nearbyint"),
             UnOp::Erf if d == DType::F32 => format!("cl_erff({x})"),
             UnOp::Exp if d == DType::F32 => format!("cl_expf({x})"),
+            UnOp::Tanh if d == DType::F32 => format!("cl_tanhf({x})"),
             // The rest are C's libm functions of the same name as the text form's.
             other => f(other.name()),
         }

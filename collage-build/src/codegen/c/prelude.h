@@ -227,6 +227,17 @@ static inline float cl_expf(float x) {
     return CL_EXP_POLY(r) * s1.f * s2.f;
 }
 
+/* tanh for f32 without a library call, so that it vectorises (glibc's tanhf is a scalar call):
+   below |x| = 0.125 its odd Taylor polynomial to x^9, above it 1 - 2 / (exp(2|x|) + 1) with x's
+   sign (1 exactly once the exponential saturates); relative error below 1e-6 over [-50, 50]
+   against libm's double tanh. NaN stays NaN. */
+static inline float cl_tanhf(float x) {
+    float a = fabsf(x), x2 = x * x;
+    float big = copysignf(1.0f - 2.0f / (cl_expf(2.0f * a) + 1.0f), x);
+    float small = x * (1.0f + x2 * (-0.33333334f + x2 * (0.13333334f + x2 * (-0.05396825f + x2 * 0.02186949f))));
+    return a < 0.125f ? small : big;
+}
+
 /* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
 typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
