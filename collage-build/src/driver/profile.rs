@@ -20,7 +20,6 @@ use crate::driver::Options;
 use crate::error::{io_err, Error, Result};
 use crate::ir::Tensor;
 use crate::target::{Target, VectorIsa};
-use crate::te::Exec;
 
 use super::run::{load_model_with, timed_runs, BenchResult};
 
@@ -47,6 +46,16 @@ impl Roofs {
             self.cache_gbps
         } else {
             self.gbps
+        }
+    }
+
+    /// Each rate the higher of the two measurements.
+    pub fn max(self, o: Roofs) -> Roofs {
+        Roofs {
+            gflops: self.gflops.max(o.gflops),
+            gbps: self.gbps.max(o.gbps),
+            cache_gbps: self.cache_gbps.max(o.cache_gbps),
+            cache_bytes: self.cache_bytes,
         }
     }
 
@@ -126,6 +135,30 @@ impl Profile {
     pub fn kernel_ms(&self) -> f64 {
         self.kernels.iter().map(|k| k.us).sum::<f64>() / 1e3
     }
+
+    /// The end-to-end figures and the kernels' sum, as one line.
+    pub fn summary(&self) -> String {
+        format!(
+            "median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms ({:.1}% of the mean)",
+            self.bench.median_ms,
+            self.mean_ms,
+            self.bench.runs,
+            self.threads,
+            self.kernel_ms(),
+            100.0 * self.kernel_ms() / self.mean_ms.max(1e-12)
+        )
+    }
+
+    /// The roofs, as one line.
+    pub fn roofs_line(&self) -> String {
+        format!(
+            "{:.1} GFLOP/s, {:.1} GB/s from memory, {:.1} GB/s from cache (up to {:.0} KiB)",
+            self.roofs.gflops,
+            self.roofs.gbps,
+            self.roofs.cache_gbps,
+            self.roofs.cache_bytes / 1024.0
+        )
+    }
 }
 
 /// Compiles `model` with full optimisation and profiling, feeds it `input` (or deterministic
@@ -142,7 +175,8 @@ pub fn profile(
     let mut loaded = load_model_with(model, input.as_deref(), work, "-O3", opts, true)?;
     // Roofs measured before and after the runs, the higher kept: a machine busy with something
     // else for a moment lowers one measurement, not both.
-    let before = measure_roofs(work, threads)?;
+    let probe = RoofProbe::build(work)?;
+    let before = probe.measure(threads);
     let mut times = timed_runs(&mut loaded, input, threads, min_time)?;
     let runs = times.len();
     let counters = loaded
@@ -188,10 +222,7 @@ pub fn profile(
                 id,
                 name: st.name.clone(),
                 backend: st.exec.backend(),
-                plan: match st.exec {
-                    Exec::Generated => crate::tune::measure::plan_text(p, id),
-                    _ => format!("{} call", st.exec.backend()),
-                },
+                plan: crate::tune::measure::plan_text(p, id),
                 us: ns as f64 / runs as f64 / 1e3,
                 flops,
                 bytes: bytes as f64,
@@ -199,13 +230,7 @@ pub fn profile(
         })
         .collect();
     kernels.sort_by(|a, b| b.us.total_cmp(&a.us).then(a.id.cmp(&b.id)));
-    let after = measure_roofs(work, threads)?;
-    let roofs = Roofs {
-        gflops: before.gflops.max(after.gflops),
-        gbps: before.gbps.max(after.gbps),
-        cache_gbps: before.cache_gbps.max(after.cache_gbps),
-        cache_bytes: before.cache_bytes,
-    };
+    let roofs = before.max(probe.measure(threads));
     Ok(Profile {
         model: loaded.compiled.name.clone(),
         bench: BenchResult {
@@ -220,99 +245,126 @@ pub fn profile(
     })
 }
 
-/// Measures the roofs on this machine for `threads` threads: a small C program built with the
-/// system compiler for the host's vector ISA (12 independent FMA chains of full vectors; a sum
-/// over 64 MiB), best of five, one core, scaled by the thread count.
-pub fn measure_roofs(work: &Path, threads: usize) -> Result<Roofs> {
-    let isa = Target::host().cpu().map_or(VectorIsa::Baseline, |c| c.isa);
-    let (pragma, lanes) = match isa {
-        VectorIsa::Avx512 => ("#pragma GCC target(\"avx512f,fma\")\n", 16),
-        VectorIsa::Avx2 => ("#pragma GCC target(\"avx2,fma\")\n", 8),
-        _ => ("", 4),
-    };
-    let src = format!(
-        "#include <stdint.h>\n{pragma}typedef float vf __attribute__((vector_size({bytes})));\n\
-         float cl_fma(int64_t n, float x) {{\n\
-         vf a[12], m, c;\n\
-         for (int i = 0; i < {lanes}; ++i) {{ m[i] = 0.999999f; c[i] = x; }}\n\
-         for (int k = 0; k < 12; ++k) a[k] = c * (float)k;\n\
-         for (int64_t i = 0; i < n; ++i) {{\n\
-         #pragma GCC unroll 12\n\
-         for (int k = 0; k < 12; ++k) a[k] = a[k] * m + c;\n\
-         }}\n\
-         float s = 0; for (int k = 0; k < 12; ++k) for (int i = 0; i < {lanes}; ++i) s += a[k][i];\n\
-         return s;\n}}\n\
-         float cl_read(const float *p, int64_t n) {{\n\
-         vf s[4] = {{0}};\n\
-         for (int64_t i = 0; i + {w4} <= n; i += {w4}) {{\n\
-         for (int k = 0; k < 4; ++k) s[k] += *(const vf *)(p + i + k * {lanes});\n\
-         }}\n\
-         float t = 0; for (int k = 0; k < 4; ++k) for (int i = 0; i < {lanes}; ++i) t += s[k][i];\n\
-         return t;\n}}\n",
-        bytes = lanes * 4,
-        w4 = lanes * 4,
-    );
-    std::fs::create_dir_all(work).map_err(io_err(work))?;
-    let c_path = work.join("roofs.c");
-    std::fs::write(&c_path, src).map_err(io_err(&c_path))?;
-    let so = work.join("libroofs.so");
-    crate::toolchain::build_shared(&c_path, &so, "-O2")?;
-    // SAFETY: the library was just built from the source above, which has no constructors.
-    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
-        path: so.clone(),
-        detail: e.to_string(),
-    })?;
-    type FmaFn = unsafe extern "C" fn(i64, f32) -> f32;
-    type ReadFn = unsafe extern "C" fn(*const f32, i64) -> f32;
-    let load = |name: &str| Error::Load {
-        path: so.clone(),
-        detail: format!("no symbol `{name}`"),
-    };
-    // SAFETY: the functions have exactly these signatures.
-    let (fma, read) = unsafe {
-        (
-            *lib.get::<FmaFn>(b"cl_fma").map_err(|_| load("cl_fma"))?,
-            *lib.get::<ReadFn>(b"cl_read").map_err(|_| load("cl_read"))?,
-        )
-    };
-    let best = |f: &mut dyn FnMut() -> f64| (0..5).map(|_| f()).fold(f64::MAX, f64::min);
-    let iters: i64 = 20_000_000;
-    let mut sink = 0.0f32;
-    let fma_s = best(&mut || {
-        let t = Instant::now();
-        // SAFETY: `cl_fma` reads and writes nothing but its locals.
-        sink += unsafe { fma(iters, 1.0) };
-        t.elapsed().as_secs_f64()
-    });
-    let n: usize = 16 << 20;
-    let buf = vec![1.0f32; n];
-    let read_s = best(&mut || {
-        let t = Instant::now();
-        // SAFETY: `buf` holds `n` floats; `cl_read` reads whole vectors below `n` (unaligned
-        // vector loads through a `vector_size` pointer are what GCC emits for them).
-        sink += unsafe { read(buf.as_ptr(), n as i64) };
-        t.elapsed().as_secs_f64()
-    });
-    // Half the L2 (whole vectors of 4 lanes' groups), read 64 times per measurement.
-    let l2 = Target::host().cpu().map_or(1 << 20, |c| c.l2);
-    let m = (l2 / 8 / (lanes * 4) * (lanes * 4)).max(lanes * 4);
-    let reps = 64;
-    let cache_s = best(&mut || {
-        let t = Instant::now();
-        for _ in 0..reps {
-            // SAFETY: as above, over the first `m` floats of `buf` (`m` < `n`).
-            sink += unsafe { read(buf.as_ptr(), m as i64) };
+type FmaFn = unsafe extern "C" fn(i64, f32) -> f32;
+type ReadFn = unsafe extern "C" fn(*const f32, i64) -> f32;
+
+/// What measures the roofs on this machine: a small C program built with the system compiler
+/// for the host's vector ISA (12 independent FMA chains of full vectors; a sum over a buffer),
+/// built once and run as often as [`RoofProbe::measure`] is called.
+pub struct RoofProbe {
+    fma: FmaFn,
+    read: ReadFn,
+    lanes: usize,
+    l2: usize,
+    // Last: the functions above live in it.
+    _lib: libloading::Library,
+}
+
+impl RoofProbe {
+    /// Builds the program in `work` and loads it.
+    pub fn build(work: &Path) -> Result<RoofProbe> {
+        let cpu = Target::host();
+        let cpu = cpu.cpu();
+        let (pragma, lanes) = match cpu.map_or(VectorIsa::Baseline, |c| c.isa) {
+            VectorIsa::Avx512 => ("#pragma GCC target(\"avx512f,fma\")\n", 16),
+            VectorIsa::Avx2 => ("#pragma GCC target(\"avx2,fma\")\n", 8),
+            _ => ("", 4),
+        };
+        let l2 = cpu.map_or(1 << 20, |c| c.l2);
+        let src = format!(
+            "#include <stdint.h>\n{pragma}typedef float vf __attribute__((vector_size({bytes})));\n\
+             float cl_fma(int64_t n, float x) {{\n\
+             vf a[12], m, c;\n\
+             for (int i = 0; i < {lanes}; ++i) {{ m[i] = 0.999999f; c[i] = x; }}\n\
+             for (int k = 0; k < 12; ++k) a[k] = c * (float)k;\n\
+             for (int64_t i = 0; i < n; ++i) {{\n\
+             #pragma GCC unroll 12\n\
+             for (int k = 0; k < 12; ++k) a[k] = a[k] * m + c;\n\
+             }}\n\
+             float s = 0; for (int k = 0; k < 12; ++k) for (int i = 0; i < {lanes}; ++i) s += a[k][i];\n\
+             return s;\n}}\n\
+             float cl_read(const float *p, int64_t n) {{\n\
+             vf s[4] = {{0}};\n\
+             for (int64_t i = 0; i + {w4} <= n; i += {w4}) {{\n\
+             for (int k = 0; k < 4; ++k) s[k] += *(const vf *)(p + i + k * {lanes});\n\
+             }}\n\
+             float t = 0; for (int k = 0; k < 4; ++k) for (int i = 0; i < {lanes}; ++i) t += s[k][i];\n\
+             return t;\n}}\n",
+            bytes = lanes * 4,
+            w4 = lanes * 4,
+        );
+        std::fs::create_dir_all(work).map_err(io_err(work))?;
+        let c_path = work.join("roofs.c");
+        std::fs::write(&c_path, src).map_err(io_err(&c_path))?;
+        let so = work.join("libroofs.so");
+        crate::toolchain::build_shared(&c_path, &so, "-O2")?;
+        // SAFETY: the library was just built from the source above, which has no constructors.
+        let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
+            path: so.clone(),
+            detail: e.to_string(),
+        })?;
+        let load = |name: &str| Error::Load {
+            path: so.clone(),
+            detail: format!("no symbol `{name}`"),
+        };
+        // SAFETY: the functions have exactly these signatures.
+        let (fma, read) = unsafe {
+            (
+                *lib.get::<FmaFn>(b"cl_fma").map_err(|_| load("cl_fma"))?,
+                *lib.get::<ReadFn>(b"cl_read").map_err(|_| load("cl_read"))?,
+            )
+        };
+        Ok(RoofProbe {
+            fma,
+            read,
+            lanes,
+            l2,
+            _lib: lib,
+        })
+    }
+
+    /// The roofs for `threads` threads: each rate the best of five, one core, scaled by the
+    /// thread count (memory: a sum over 64 MiB; cache: over half the L2, 64 times).
+    pub fn measure(&self, threads: usize) -> Roofs {
+        let (fma, read, lanes, l2) = (self.fma, self.read, self.lanes, self.l2);
+        let best = |f: &mut dyn FnMut() -> f64| (0..5).map(|_| f()).fold(f64::MAX, f64::min);
+        let iters: i64 = 20_000_000;
+        let mut sink = 0.0f32;
+        let fma_s = best(&mut || {
+            let t = Instant::now();
+            // SAFETY: `cl_fma` reads and writes nothing but its locals.
+            sink += unsafe { fma(iters, 1.0) };
+            t.elapsed().as_secs_f64()
+        });
+        let n: usize = 16 << 20;
+        let buf = vec![1.0f32; n];
+        let read_s = best(&mut || {
+            let t = Instant::now();
+            // SAFETY: `buf` holds `n` floats; `cl_read` reads whole vectors below `n` (unaligned
+            // vector loads through a `vector_size` pointer are what GCC emits for them).
+            sink += unsafe { read(buf.as_ptr(), n as i64) };
+            t.elapsed().as_secs_f64()
+        });
+        // Half the L2 (whole groups of 4 vectors), read 64 times per measurement.
+        let m = (l2 / 8 / (lanes * 4) * (lanes * 4)).max(lanes * 4);
+        let reps = 64;
+        let cache_s = best(&mut || {
+            let t = Instant::now();
+            for _ in 0..reps {
+                // SAFETY: as above, over the first `m` floats of `buf` (`m` < `n`).
+                sink += unsafe { read(buf.as_ptr(), m as i64) };
+            }
+            t.elapsed().as_secs_f64()
+        });
+        std::hint::black_box(sink);
+        let threads = threads.max(1) as f64;
+        Roofs {
+            gflops: (iters as f64 * 12.0 * lanes as f64 * 2.0) / fma_s / 1e9 * threads,
+            gbps: (n as f64 * 4.0) / read_s / 1e9 * threads,
+            cache_gbps: (m as f64 * 4.0 * reps as f64) / cache_s / 1e9 * threads,
+            cache_bytes: l2 as f64 * threads,
         }
-        t.elapsed().as_secs_f64()
-    });
-    std::hint::black_box(sink);
-    let threads = threads.max(1) as f64;
-    Ok(Roofs {
-        gflops: (iters as f64 * 12.0 * lanes as f64 * 2.0) / fma_s / 1e9 * threads,
-        gbps: (n as f64 * 4.0) / read_s / 1e9 * threads,
-        cache_gbps: (m as f64 * 4.0 * reps as f64) / cache_s / 1e9 * threads,
-        cache_bytes: l2 as f64 * threads,
-    })
+    }
 }
 
 /// The profile as a table: the end-to-end time, the kernels' sum, the roofs, then every kernel
@@ -320,26 +372,12 @@ pub fn measure_roofs(work: &Path, threads: usize) -> Result<Roofs> {
 pub fn render(pr: &Profile) -> String {
     let mut out = String::new();
     let total_us: f64 = pr.kernels.iter().map(|k| k.us).sum();
+    writeln!(out, "profile of {}: {}", pr.model, pr.summary()).unwrap();
     writeln!(
         out,
-        "profile of {}: median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms ({:.1}% of the mean)",
-        pr.model,
-        pr.bench.median_ms,
-        pr.mean_ms,
-        pr.bench.runs,
+        "roofs (measured here, one core x {} thread(s)): {}",
         pr.threads,
-        total_us / 1e3,
-        100.0 * total_us / 1e3 / pr.mean_ms.max(1e-12)
-    )
-    .unwrap();
-    writeln!(
-        out,
-        "roofs (measured here, one core x {} thread(s)): {:.1} GFLOP/s, {:.1} GB/s from memory, {:.1} GB/s from cache (up to {:.0} KiB)",
-        pr.threads,
-        pr.roofs.gflops,
-        pr.roofs.gbps,
-        pr.roofs.cache_gbps,
-        pr.roofs.cache_bytes / 1024.0
+        pr.roofs_line()
     )
     .unwrap();
     writeln!(
@@ -382,17 +420,7 @@ pub fn render(pr: &Profile) -> String {
 
 /// Adds `pr`'s kernels to the explain page as its profile chart, with the line above it.
 pub fn add_to_page(page: &mut crate::report::html::Page, pr: &Profile) {
-    page.profile_note = format!(
-        "median {:.3} ms, mean {:.3} ms over {} runs ({} thread(s)); kernels sum to {:.3} ms; roofs measured here: {:.1} GFLOP/s, {:.1} GB/s from memory, {:.1} GB/s from cache",
-        pr.bench.median_ms,
-        pr.mean_ms,
-        pr.bench.runs,
-        pr.threads,
-        pr.kernel_ms(),
-        pr.roofs.gflops,
-        pr.roofs.gbps,
-        pr.roofs.cache_gbps
-    );
+    page.profile_note = format!("{}; roofs measured here: {}", pr.summary(), pr.roofs_line());
     page.profile = pr
         .kernels
         .iter()
