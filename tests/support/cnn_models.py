@@ -108,19 +108,24 @@ def build_mobilenetv3():
     return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
 
 
-def build_mobilenetv2():
-    """torchvision mobilenet_v2 (width 1.0): inverted residuals, ReLU6 as Clip(0, 6)."""
-    b = Builder("mobilenetv2", seed=23)
+def relu6_conv(b):
+    """Conv (with the folded BatchNorm's bias) + ReLU6 as Clip(0, 6), or none (`act=False`)."""
     lo, hi = b.scalar(0.0, "relu6_lo"), b.scalar(6.0, "relu6_hi")
 
     def cbr6(x, cin, cout, k, stride=1, group=1, act=True):
         y = b.conv(x, cin, cout, k, stride=stride, pad=(k - 1) // 2, group=group, bias=True)
         return b.op("Clip", [y, lo, hi]) if act else y
+    return cbr6
 
+
+def mobilenetv2_features(b, cbr6):
+    """torchvision's mobilenet_v2 feature layers (inverted residuals) on "input": the last
+    feature map and each stage's output by its channel count (24: 1/4, 32: 1/8, 96: 1/16,
+    320: 1/32)."""
     # (expansion, out channels, repeats, first stride)
     cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
            (6, 160, 3, 2), (6, 320, 1, 1)]
-    x, cin = cbr6("input", 3, 32, 3, stride=2), 32
+    x, cin, feats = cbr6("input", 3, 32, 3, stride=2), 32, {}
     for t, c, n, s in cfg:
         for i in range(n):
             stride = s if i == 0 else 1
@@ -130,6 +135,15 @@ def build_mobilenetv2():
             y = cbr6(y, exp, c, 1, act=False)
             x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
             cin = c
+        feats[c] = x
+    return x, feats
+
+
+def build_mobilenetv2():
+    """torchvision mobilenet_v2 (width 1.0): inverted residuals, ReLU6 as Clip(0, 6)."""
+    b = Builder("mobilenetv2", seed=23)
+    cbr6 = relu6_conv(b)
+    x, _ = mobilenetv2_features(b, cbr6)
     x = cbr6(x, 320, 1280, 1)
     x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
     b.gemm(x, 1280, 1000)
@@ -172,11 +186,7 @@ def build_dbnet():
     a concatenation), and the probability head: 3x3 convolution, two ConvTranspose 2x2 stride 2
     back to the input's size, Sigmoid."""
     b = Builder("dbnet", seed=25)
-    lo, hi = b.scalar(0.0, "relu6_lo"), b.scalar(6.0, "relu6_hi")
-
-    def cbr6(x, cin, cout, k, stride=1, group=1, act=True):
-        y = b.conv(x, cin, cout, k, stride=stride, pad=(k - 1) // 2, group=group, bias=True)
-        return b.op("Clip", [y, lo, hi]) if act else y
+    _, feats = mobilenetv2_features(b, relu6_conv(b))
 
     def up(x, f):
         return b.op("Resize", [x, "", b.init(np.array([1, 1, f, f], np.float32), "scales")],
@@ -187,19 +197,6 @@ def build_dbnet():
         bias = b.init(b.randn((cout,), 0.01), "deconv_b")
         return b.op("ConvTranspose", [x, w, bias], kernel_shape=[2, 2], strides=[2, 2])
 
-    cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-           (6, 160, 3, 2), (6, 320, 1, 1)]
-    x, cin, feats = cbr6("input", 3, 32, 3, stride=2), 32, {}
-    for t, c, n, s in cfg:
-        for i in range(n):
-            stride = s if i == 0 else 1
-            exp = cin * t
-            y = cbr6(x, cin, exp, 1) if t != 1 else x
-            y = cbr6(y, exp, exp, 3, stride=stride, group=exp)
-            y = cbr6(y, exp, c, 1, act=False)
-            x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
-            cin = c
-        feats[c] = x
     c2, c3, c4, c5 = feats[24], feats[32], feats[96], feats[320]
     inner = 96
     in5 = b.conv(c5, 320, inner, 1)
