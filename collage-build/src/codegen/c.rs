@@ -3,8 +3,6 @@
 //! Every stage becomes one loop nest in a `static` function over a range of its outer iterations,
 //! so that the runtime can split it across threads (`parallel_for`). The entry point
 //! `collage_<symbol>_run(rt, arena, weights, inputs)` runs the stages in order.
-use std::fmt::Write;
-
 use crate::ir::{strides, DType};
 use crate::schedule::analysis::{is_vector, split_body, vectorizable};
 use crate::schedule::plan::CACHE_LINE;
@@ -16,6 +14,8 @@ use crate::te::{
 
 mod channel;
 mod plane;
+
+use super::writer::CWriter;
 
 /// Weight bytes above which a smaller stage is still split across threads: streaming weights is
 /// memory-bound, and two cores fetch them faster than one.
@@ -291,15 +291,18 @@ const VARIANTS: &[(Isa, &str, &str)] = &[
 ///
 /// Define `COLLAGE_NO_DISPATCH` when compiling to build only the baseline variant.
 pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String {
-    let mut out = String::new();
-    writeln!(out, "/* {header} */").unwrap();
-    out.push_str(PRELUDE);
-    out.push_str("\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)\n#define CL_DISPATCH 1\n#endif\n");
+    let mut out = CWriter::new();
+    out.line(format!("/* {header} */"));
+    out.raw(PRELUDE);
+    out.line("");
+    out.line("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)");
+    out.line("#define CL_DISPATCH 1");
+    out.line("#endif");
     // Library helpers come after the shared prelude, each behind an include guard, so that
     // translation units joined for measurement define them once.
     let backends = library_backends(p);
     if !backends.is_empty() {
-        out.push_str(super::library::PRELUDE);
+        out.raw(super::library::PRELUDE);
     }
     let backends: Vec<Box<dyn crate::backend::Backend>> = backends
         .into_iter()
@@ -310,51 +313,52 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         .collect();
     for b in &backends {
         for lib in b.links() {
-            writeln!(out, "/* collage-link: {lib} */").unwrap();
+            out.line(format!("/* collage-link: {lib} */"));
         }
-        out.push_str(b.c_prelude());
+        out.raw(b.c_prelude());
     }
     // Window calls (convolution and pooling primitives), on the one backend that has them.
     let windows = backends
         .iter()
         .find_map(|b| b.window_calls(p, symbol).map(|w| (b.id(), w)));
     if let Some((_, w)) = &windows {
-        w.emit_unit(&mut out);
+        w.emit_unit(out.text_mut());
     }
     // A profiled build's counters: nanoseconds per kernel, indexed by stage id.
-    writeln!(
-        out,
-        "\n#ifdef CL_PROFILE\nuint64_t collage_{symbol}_profile_ns[{}];\n#endif",
+    out.line("");
+    out.line("#ifdef CL_PROFILE");
+    out.line(format!(
+        "uint64_t collage_{symbol}_profile_ns[{}];",
         p.bufs.len().max(1)
-    )
-    .unwrap();
-    out.push_str("\n#ifdef CL_DISPATCH\n");
+    ));
+    out.line("#endif");
+    out.line("");
+    out.line("#ifdef CL_DISPATCH");
     for (isa, target, _) in VARIANTS {
-        writeln!(
-            out,
-            "#pragma GCC push_options\n#pragma GCC target(\"{target}\")"
-        )
-        .unwrap();
+        out.line("#pragma GCC push_options");
+        out.line(format!("#pragma GCC target(\"{target}\")"));
         emit_variant(&mut out, p, places, *isa, &windows, symbol);
-        out.push_str("#pragma GCC pop_options\n");
+        out.line("#pragma GCC pop_options");
     }
-    out.push_str("#endif\n");
+    out.line("#endif");
     emit_variant(&mut out, p, places, Isa::Base, &windows, symbol);
-    writeln!(out, "\nvoid collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
+    out.line("");
+    out.open(format!("void collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
     if let Some((_, w)) = &windows {
-        w.emit_entry(&mut out);
+        w.emit_entry(out.text_mut());
     }
-    out.push_str("#ifdef CL_DISPATCH\n");
+    // Preprocessor lines start their line, inside the function too.
+    out.raw("#ifdef CL_DISPATCH\n");
     for (isa, _, cond) in VARIANTS {
-        let suffix = isa.suffix();
-        writeln!(
-            out,
-            "    if ({cond}) {{\n        run{suffix}(rt, A, W, I);\n        return;\n    }}"
-        )
-        .unwrap();
+        out.open(format!("if ({cond}) {{"));
+        out.line(format!("run{}(rt, A, W, I);", isa.suffix()));
+        out.line("return;");
+        out.close("}");
     }
-    out.push_str("#endif\n    run(rt, A, W, I);\n}\n");
-    out
+    out.raw("#endif\n");
+    out.line("run(rt, A, W, I);");
+    out.close("}");
+    out.into_string()
 }
 
 /// The library backends whose calls `p` contains, sorted.
@@ -418,18 +422,14 @@ fn arena_end(p: &Program, places: &[Place]) -> usize {
         .unwrap_or(0)
 }
 
-/// The `CL_LIVE` line of `ranges` in an arena of `end` bytes.
+/// The `CL_LIVE` statement of `ranges` in an arena of `end` bytes.
 fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
-    let mut line = format!("    CL_LIVE({end}");
-    for (o, n) in ranges {
-        write!(line, ", {o}, {n}").unwrap();
-    }
-    line.push_str(");\n");
-    line
+    let ranges: String = ranges.iter().map(|(o, n)| format!(", {o}, {n}")).collect();
+    format!("CL_LIVE({end}{ranges});")
 }
 
 fn emit_variant(
-    out: &mut String,
+    out: &mut CWriter,
     p: &Program,
     places: &[Place],
     isa: Isa,
@@ -437,10 +437,11 @@ fn emit_variant(
     symbol: &str,
 ) {
     let suffix = isa.suffix();
-    let mut calls = String::new();
+    // The statements of the variant's `run`.
+    let mut calls = Vec::new();
     // After a kernel's calls: its time in a profiled build.
-    let tick = |calls: &mut String, id: u32| {
-        writeln!(calls, "    CL_TICK(collage_{symbol}_profile_ns, {id});").unwrap()
+    let tick = |calls: &mut Vec<String>, id: u32| {
+        calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"))
     };
     let end = arena_end(p, places);
     for (i, b) in p.bufs.iter().enumerate() {
@@ -450,7 +451,7 @@ fn emit_variant(
         let id = i as u32;
         // A group's producer runs inside its consumer's task.
         if end > 0 && !p.groups.iter().any(|g| g.producer == id) {
-            calls.push_str(&live_line(end, &live_ranges(p, places, id)));
+            calls.push(live_line(end, &live_ranges(p, places, id)));
         }
         // A library call computes the stage; what remains of its finalize (the fused
         // consumers) runs afterwards as an in-place loop.
@@ -467,9 +468,10 @@ fn emit_variant(
                     )
                 };
                 let fname = format!("k{id}{suffix}_win");
-                writeln!(out, "\n/* {} on {name} */", stage_title(st)).unwrap();
-                let epilogue = w.emit_call(out, places, id, &fname);
-                writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
+                out.line("");
+                out.line(format!("/* {} on {name} */", stage_title(st)));
+                let epilogue = w.emit_call(out.text_mut(), places, id, &fname);
+                calls.push(format!("{fname}(rt, &ctx);"));
                 tick(&mut calls, id);
                 Some(epilogue)
             }
@@ -484,10 +486,11 @@ fn emit_variant(
                     )
                 });
                 let fname = format!("k{id}{suffix}_lib");
-                writeln!(out, "\n/* {} on {backend} */", stage_title(st)).unwrap();
+                out.line("");
+                out.line(format!("/* {} on {backend} */", stage_title(st)));
                 let parallel = worth_parallel(p, st);
                 super::library::emit_gemm(out, places, id, &g, *backend, &fname, parallel);
-                writeln!(calls, "    {fname}(rt, &ctx);").unwrap();
+                calls.push(format!("{fname}(rt, &ctx);"));
                 tick(&mut calls, id);
                 Some(st.gemm_epilogue())
             }
@@ -510,12 +513,10 @@ fn emit_variant(
             let (fname, n_outer, _) = emit_stage(out, p, places, id, st, plan, isa, Some(&m));
             if !m.fill {
                 let task = emit_group_task(out, p, g, &fname, n_outer, isa);
-                writeln!(
-                    calls,
-                    "    rt->parallel_for(rt->pool, {}, {task}, &ctx);",
+                calls.push(format!(
+                    "rt->parallel_for(rt->pool, {}, {task}, &ctx);",
                     g.slots
-                )
-                .unwrap();
+                ));
                 tick(&mut calls, id);
             }
             continue;
@@ -535,27 +536,26 @@ fn emit_variant(
             continue;
         }
         if parallel {
-            writeln!(
-                calls,
-                "    rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);"
-            )
-            .unwrap();
+            calls.push(format!(
+                "rt->parallel_for(rt->pool, {n_outer}, {fname}, &ctx);"
+            ));
         } else {
-            writeln!(calls, "    {fname}(&ctx, 0, {n_outer});").unwrap();
+            calls.push(format!("{fname}(&ctx, 0, {n_outer});"));
         }
         tick(&mut calls, id);
     }
-    writeln!(out, "\nstatic void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{").unwrap();
-    writeln!(
-        out,
-        "    collage_ctx ctx = {{A, W, I}};\n    (void)rt;\n    CL_TICK_START();"
-    )
-    .unwrap();
-    out.push_str(&calls);
-    if end > 0 {
-        out.push_str(&live_line(end, &[(0, end)]));
+    out.line("");
+    out.open(format!("static void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
+    out.line("collage_ctx ctx = {A, W, I};");
+    out.line("(void)rt;");
+    out.line("CL_TICK_START();");
+    for c in &calls {
+        out.line(c);
     }
-    out.push_str("}\n");
+    if end > 0 {
+        out.line(live_line(end, &[(0, end)]));
+    }
+    out.close("}");
 }
 
 /// A stage's part in a [`Group`], for its emission.
@@ -574,7 +574,7 @@ struct Member<'g> {
 /// columns (`inst`, the consumer's `_inst` function of `n_outer` iterations in all). Returns the
 /// task's name.
 fn emit_group_task(
-    out: &mut String,
+    out: &mut CWriter,
     p: &Program,
     g: &Group,
     inst: &str,
@@ -592,27 +592,26 @@ fn emit_group_task(
     let per_inst = n_outer / n.div_ceil(tw) * (g.cols / tw);
     let (a, b, cols, k, s) = (g.producer, g.consumer, g.cols, g.instances, g.slots);
     let fname = format!("g{b}{variant}");
-    writeln!(
-        out,
-        "\n/* group: {} -> {}, {k} instances of {cols} columns in {s} slots */",
+    out.line("");
+    out.line(format!(
+        "/* group: {} -> {}, {k} instances of {cols} columns in {s} slots */",
         stage_title(p.stage(a).expect("a group's producer is a stage")),
         stage_title(st),
-    )
-    .unwrap();
-    for line in [
-        format!("static void {fname}(void *vctx, int64_t begin, int64_t end) {{"),
-        "    collage_ctx *ctx = (collage_ctx *)vctx;".to_string(),
-        "    for (int64_t s = begin; s < end; ++s)".to_string(),
-        format!("        for (int64_t q = s; q < {k}; q += {s}) {{"),
-        format!("            const int64_t c0 = q * {cols}, c1 = c0 + {cols} < {n} ? c0 + {cols} : {n};"),
-        format!("            const int64_t o0 = q * {per_inst}, o1 = o0 + {per_inst} < {n_outer} ? o0 + {per_inst} : {n_outer};"),
-        format!("            k{a}{variant}_fill(ctx, s, c0, c1);"),
-        format!("            {inst}(ctx, s, o0, o1, c0 / {PANEL});"),
-        "        }".to_string(),
-        "}".to_string(),
-    ] {
-        writeln!(out, "{line}").unwrap();
-    }
+    ));
+    out.open(format!(
+        "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
+    ));
+    out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
+    out.line("for (int64_t s = begin; s < end; ++s)");
+    out.indented(|out| {
+        out.open(format!("for (int64_t q = s; q < {k}; q += {s}) {{"));
+        out.line(format!("const int64_t c0 = q * {cols}, c1 = c0 + {cols} < {n} ? c0 + {cols} : {n};"));
+        out.line(format!("const int64_t o0 = q * {per_inst}, o1 = o0 + {per_inst} < {n_outer} ? o0 + {per_inst} : {n_outer};"));
+        out.line(format!("k{a}{variant}_fill(ctx, s, c0, c1);"));
+        out.line(format!("{inst}(ctx, s, o0, o1, c0 / {PANEL});"));
+        out.close("}");
+    });
+    out.close("}");
     fname
 }
 
@@ -630,7 +629,7 @@ fn stage_plan<'p>(p: &'p Program, id: u32, st: &Stage, isa: Isa) -> &'p KernelPl
 /// of its outer iterations (or, in a group, its fill or its instance); returns the function's
 /// name, the outer iterations and whether a `parallel_for` splits them.
 fn emit_stage(
-    out: &mut String,
+    out: &mut CWriter,
     p: &Program,
     places: &[Place],
     id: u32,
@@ -655,28 +654,24 @@ fn emit_stage(
         acc: st.ty.dtype,
         rebase: member.map(|m| m.group.producer),
     };
-    writeln!(out, "\n/* {}: {} */", st.name.replace("*/", "* /"), st.ty).unwrap();
-    writeln!(out, "/* plan: {plan} */").unwrap();
+    out.line("");
+    out.line(format!("/* {}: {} */", st.name.replace("*/", "* /"), st.ty));
+    out.line(format!("/* plan: {plan} */"));
     match member {
         // One instance's slot: every outer iteration, columns [c0, c1).
-        Some(m) if m.fill => writeln!(
-            out,
-            "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t c0, int64_t c1) {{\n    \
-             const int64_t begin = 0, end = {n_outer}, pb = c0 / {PANEL};\n    (void)c1;"
-        )
-        .unwrap(),
-        Some(_) => writeln!(
-            out,
+        Some(m) if m.fill => {
+            out.open(format!("static void {fname}(collage_ctx *ctx, int64_t slot, int64_t c0, int64_t c1) {{"));
+            out.line(format!("const int64_t begin = 0, end = {n_outer}, pb = c0 / {PANEL};"));
+            out.line("(void)c1;");
+        }
+        Some(_) => out.open(format!(
             "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t begin, int64_t end, int64_t pb) {{"
-        )
-        .unwrap(),
+        )),
         None => {
-            writeln!(
-                out,
+            out.open(format!(
                 "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
-            )
-            .unwrap();
-            writeln!(out, "    collage_ctx *ctx = (collage_ctx *)vctx;").unwrap();
+            ));
+            out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
         }
     }
     // Pointers to every buffer the stage touches.
@@ -691,46 +686,51 @@ fn emit_stage(
         let q = if konst { "const " } else { "" };
         if let Some(m) = member.filter(|m| m.group.producer == b) {
             return format!(
-                "    {q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {} + slot * {});",
+                "{q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {} + slot * {});",
                 m.slots_at, m.slot_bytes
             );
         }
         match places[b as usize] {
             Place::Input(i) => {
-                format!("    const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
+                format!("const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
             }
             Place::Weight(o) => {
-                format!("    const {ty} *restrict b{b} = (const {ty} *)(ctx->W + {o});")
+                format!("const {ty} *restrict b{b} = (const {ty} *)(ctx->W + {o});")
             }
-            Place::Arena(o) => format!("    {q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {o});"),
+            Place::Arena(o) => format!("{q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {o});"),
             Place::None => panic!("stage {id} reads dead buffer {b}"),
         }
     };
     for s in &srcs {
         match s {
             // An in-place epilogue reads its own buffer through the output pointer.
-            Src::Buf(b) if *b != id => writeln!(out, "{}", ptr(*b, true)).unwrap(),
+            Src::Buf(b) if *b != id => out.line(ptr(*b, true)),
             _ => {}
         }
     }
-    writeln!(out, "{}", ptr(id, false)).unwrap();
+    out.line(ptr(id, false));
     // The loop nest over the output: its outer dimensions, the last one split, the guard's
-    // ranges of an injective stage, the window of a padded reduction.
+    // ranges of an injective stage, the window of a padded reduction. The other plans write
+    // the function's body themselves.
     let (nd, split, guarded, win) = match plan {
         KernelPlan::Plane(pp) => {
             pp.emit(out, &em, id, st, lanes);
+            out.close("}");
             return (fname, n_outer, parallel);
         }
         KernelPlan::Channel(cp) => {
             cp.emit(out, &em, id, st);
+            out.close("}");
             return (fname, n_outer, parallel);
         }
         KernelPlan::Gemm(gp) => {
             gp.emit(out, &em, id, st);
+            out.close("}");
             return (fname, n_outer, parallel);
         }
         KernelPlan::Row(rp) => {
             rp.emit(out, &em, id, st);
+            out.close("}");
             return (fname, n_outer, parallel);
         }
         KernelPlan::Injective(ip) => (
@@ -745,18 +745,17 @@ fn emit_stage(
     let simd = matches!(plan, KernelPlan::Plain(PlainPlan { simd: true, .. }));
     debug_assert!(split.is_none() || st.reduce.is_none());
     let st_strides = strides(shape);
-    writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+    out.open("for (int64_t o = begin; o < end; ++o) {");
     // Unravel the flattened outer index.
     let mut rem = "o".to_string();
     for k in (0..nd).rev() {
         if k == 0 {
-            writeln!(out, "        const int64_t i{k} = {rem};").unwrap();
+            out.line(format!("const int64_t i{k} = {rem};"));
         } else {
-            writeln!(out, "        const int64_t i{k} = {rem} % {};", shape[k]).unwrap();
+            out.line(format!("const int64_t i{k} = {rem} % {};", shape[k]));
             rem = format!("({rem} / {})", shape[k]);
         }
     }
-    let mut indent = "        ".to_string();
     let loop_dims = rank;
     let mut body = st.body.clone();
     // A group's fill computes the last dimension's columns [c0, c1) only.
@@ -770,31 +769,27 @@ fn emit_stage(
             continue;
         }
         // The outer loop of a split last dimension, over the columns' image rows.
-        let split_outer = |out: &mut String, indent: &str, w: usize| {
+        let split_outer = |out: &mut CWriter, w: usize| {
             let hi = rank as u32;
             let (from, to) = if fill {
                 (format!("c0 / {w}"), format!("(c1 + {}) / {w}", w - 1))
             } else {
                 ("0".to_string(), format!("{}", d / w))
             };
-            writeln!(
-                out,
-                "{indent}for (int64_t i{hi} = {from}; i{hi} < {to}; ++i{hi}) {{"
-            )
-            .unwrap();
+            out.open(format!(
+                "for (int64_t i{hi} = {from}; i{hi} < {to}; ++i{hi}) {{"
+            ));
         };
         match split {
             Some(w) if k == rank - 1 && guarded.is_some() => {
                 // The outer loop of the split; the inner one is the guarded ranges.
-                split_outer(out, &indent, w);
-                indent.push_str("    ");
+                split_outer(out, w);
                 body = split_body(&body, k, w);
             }
             None if k == rank - 1 && guarded.is_some() => {}
             Some(w) if k == rank - 1 => {
                 let (hi, lo) = (rank as u32, rank as u32 + 1);
-                split_outer(out, &indent, w);
-                indent.push_str("    ");
+                split_outer(out, w);
                 let (from, to) = if fill {
                     (
                         format!("cl_max_i64(INT64_C(0), c0 - i{hi} * {w})"),
@@ -803,22 +798,17 @@ fn emit_stage(
                 } else {
                     ("0".to_string(), format!("{w}"))
                 };
-                writeln!(
-                    out,
-                    "{indent}for (int64_t i{lo} = {from}; i{lo} < {to}; ++i{lo}) {{"
-                )
-                .unwrap();
-                indent.push_str("    ");
-                writeln!(out, "{indent}const int64_t i{k} = i{hi} * {w} + i{lo};").unwrap();
+                out.open(format!(
+                    "for (int64_t i{lo} = {from}; i{lo} < {to}; ++i{lo}) {{"
+                ));
+                out.line(format!("const int64_t i{k} = i{hi} * {w} + i{lo};"));
                 body = split_body(&body, k, w);
             }
             _ if fill && k == rank - 1 => {
-                writeln!(out, "{indent}for (int64_t i{k} = c0; i{k} < c1; ++i{k}) {{").unwrap();
-                indent.push_str("    ");
+                out.open(format!("for (int64_t i{k} = c0; i{k} < c1; ++i{k}) {{"));
             }
             _ => {
-                writeln!(out, "{indent}for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{").unwrap();
-                indent.push_str("    ");
+                out.open(format!("for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{"));
             }
         }
     }
@@ -849,24 +839,18 @@ fn emit_stage(
             let w = win.expect("checked");
             let (l, n) = (rank - 1, shape[rank - 1]);
             let init = scalar(r.op.init(st.ty.dtype));
-            writeln!(out, "{indent}{cty} accr[{n}];").unwrap();
-            writeln!(
-                out,
-                "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
-            )
-            .unwrap();
-            let mut ri = indent.clone();
-            for (k, &e) in r.extents.iter().enumerate() {
-                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-                ri.push_str("    ");
-            }
+            out.line(format!("{cty} accr[{n}];"));
+            out.line(format!(
+                "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
+            ));
+            open_reduction(out, &r.extents);
             if !w.invariant.is_empty() {
                 let inv: Vec<String> = w
                     .invariant
                     .iter()
                     .map(|e| format!("({})", em.expr(e)))
                     .collect();
-                writeln!(out, "{ri}if (!({})) continue;", inv.join(" && ")).unwrap();
+                out.line(format!("if (!({})) continue;", inv.join(" && ")));
             }
             let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
             for b in &w.bounds {
@@ -877,39 +861,29 @@ fn emit_stage(
                     hi = format!("cl_min_i64({hi}, {q})");
                 }
             }
-            writeln!(out, "{ri}const int64_t lo = {lo}, hi = {hi};").unwrap();
+            out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
             let v = em.expr(&w.value);
             let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
-            writeln!(out, "{ri}for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}").unwrap();
-            close_reduction(out, &mut ri, r.extents.len());
+            out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
+            close_reduction(out, r.extents.len());
             let fin = finalize_c(&em, r);
-            writeln!(
-                out,
-                "{indent}for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
-            )
-            .unwrap();
+            out.line(format!(
+                "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
+            ));
         }
         None if guarded.is_some() => {
             let (g, copy) = guarded.expect("checked");
-            emit_guarded(
-                out, &em, &indent, g, copy, id, st, split, &flat_out, fill, lanes,
-            );
+            emit_guarded(out, &em, g, copy, id, st, split, &flat_out, fill, lanes);
         }
-        None => writeln!(out, "{indent}b{id}[{flat_out}] = {};", em.expr(&body)).unwrap(),
+        None => out.line(format!("b{id}[{flat_out}] = {};", em.expr(&body))),
         Some(r) => {
-            writeln!(
-                out,
-                "{indent}{cty} acc = {};",
-                scalar(r.op.init(st.ty.dtype))
-            )
-            .unwrap();
-            let mut ri = indent.clone();
+            out.line(format!("{cty} acc = {};", scalar(r.op.init(st.ty.dtype))));
             let last_r = r.extents.len().saturating_sub(1);
             // A vectorised max / min keeps one accumulator per lane, which OpenMP's combiner
             // may not carry a NaN through: a flag of its own does, and sets the result after.
             let nan_flag = simd && r.op != RedOp::Sum;
             if nan_flag {
-                writeln!(out, "{indent}int anynan = 0;").unwrap();
+                out.line("int anynan = 0;");
             }
             for (k, &e) in r.extents.iter().enumerate() {
                 if simd && k == last_r {
@@ -918,35 +892,33 @@ fn emit_stage(
                         RedOp::Max => "reduction(max:acc) reduction(|:anynan)",
                         _ => "reduction(min:acc) reduction(|:anynan)",
                     };
-                    writeln!(out, "{ri}#pragma omp simd {clause}").unwrap();
+                    out.line(format!("#pragma omp simd {clause}"));
                 }
-                writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-                ri.push_str("    ");
+                out.open(format!("for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{"));
             }
             let v = em.expr(&st.body);
             if nan_flag {
                 let upd = accumulate(r.op, st.ty.dtype, "acc", "x");
-                writeln!(out, "{ri}const {cty} x = {v}; {upd} anynan |= x != x;").unwrap();
+                out.line(format!("const {cty} x = {v}; {upd} anynan |= x != x;"));
             } else {
-                let upd = accumulate(r.op, st.ty.dtype, "acc", &v);
-                writeln!(out, "{ri}{upd}").unwrap();
+                out.line(accumulate(r.op, st.ty.dtype, "acc", &v));
             }
-            close_reduction(out, &mut ri, r.extents.len());
+            close_reduction(out, r.extents.len());
             if nan_flag {
-                writeln!(out, "{indent}if (anynan) acc = NAN;").unwrap();
+                out.line("if (anynan) acc = NAN;");
             }
             let fin = finalize_c(&em, r);
-            writeln!(out, "{indent}b{id}[{flat_out}] = {fin};").unwrap();
+            out.line(format!("b{id}[{flat_out}] = {fin};"));
         }
     }
     let opened = loop_dims + split.map_or(0, |_| 1)
         - usize::from(win.is_some())
         - usize::from(guarded.is_some());
     for _ in nd..opened {
-        indent.truncate(indent.len() - 4);
-        writeln!(out, "{indent}}}").unwrap();
+        out.close("}");
     }
-    writeln!(out, "    }}\n}}").unwrap();
+    out.close("}"); // the outer loop
+    out.close("}"); // the function
     (fname, n_outer, parallel)
 }
 
@@ -974,9 +946,8 @@ fn packed_rows(shape: &[usize]) -> (String, usize) {
 /// panel segment at a time, so that every segment's stores are contiguous.
 #[allow(clippy::too_many_arguments)]
 fn emit_guarded(
-    out: &mut String,
+    out: &mut CWriter,
     em: &Emitter,
-    indent: &str,
     g: &Window,
     copy: bool,
     id: u32,
@@ -1015,26 +986,18 @@ fn emit_guarded(
     let copy = copy.then(|| {
         format!("const float *restrict src; {{ const int64_t {v} = s; {def}src = &{value}; }}")
     });
-    writeln!(out, "{indent}{{").unwrap();
-    writeln!(out, "{indent}    int64_t lo = {lo}, hi = {hi};").unwrap();
+    out.open("{");
+    out.line(format!("int64_t lo = {lo}, hi = {hi};"));
     if !g.invariant.is_empty() {
         let h: Vec<String> = g
             .invariant
             .iter()
             .map(|e| format!("({})", em.expr(e)))
             .collect();
-        writeln!(
-            out,
-            "{indent}    if (!({})) {{ lo = 0; hi = 0; }}",
-            h.join(" && ")
-        )
-        .unwrap();
+        out.line(format!("if (!({})) {{ lo = 0; hi = 0; }}", h.join(" && ")));
     }
-    writeln!(
-        out,
-        "{indent}    if (lo > {n}) lo = {n};\n{indent}    if (hi < lo) hi = lo;"
-    )
-    .unwrap();
+    out.line(format!("if (lo > {n}) lo = {n};"));
+    out.line("if (hi < lo) hi = lo;");
     let nn = format!("{n}");
     let mut ranges = [
         ("0".to_string(), "lo".to_string(), &zero),
@@ -1047,11 +1010,9 @@ fn emit_guarded(
             Some(w) => format!("i{rank} * {w}"),
             None => "0".to_string(),
         };
-        writeln!(
-            out,
-            "{indent}    const int64_t cl = cl_max_i64(INT64_C(0), c0 - {base}), ch = cl_min_i64(INT64_C({n}), c1 - {base});"
-        )
-        .unwrap();
+        out.line(format!(
+            "const int64_t cl = cl_max_i64(INT64_C(0), c0 - {base}), ch = cl_min_i64(INT64_C({n}), c1 - {base});"
+        ));
         for (a, b, _) in &mut ranges {
             *a = format!("cl_max_i64({a}, cl)");
             *b = format!("cl_min_i64({b}, ch)");
@@ -1069,21 +1030,18 @@ fn emit_guarded(
                 format!("for (int64_t {v} = s; {v} < e; ++{v}) {{ {def}d[{v} - s] = {val}; }}");
             // The middle range holds the values; the others zeros.
             let copy = copy.as_deref().filter(|_| i == 1);
-            writeln!(
-                out,
-                "{indent}    for (int64_t s = {a}; s < {b};) {{\n\
-                 {indent}        const int64_t l0 = {base} + s;\n\
-                 {indent}        int64_t e = s + ({PANEL} - l0 % {PANEL});\n\
-                 {indent}        if (e > {b}) e = {b};\n\
-                 {indent}        {cty} *restrict d = b{id} + {} * {} + ({rowflat}) * {PANEL} + (l0 % {PANEL});\n\
-                 {indent}        {}\n\
-                 {indent}        s = e;\n\
-                 {indent}    }}",
+            out.open(format!("for (int64_t s = {a}; s < {b};) {{"));
+            out.line(format!("const int64_t l0 = {base} + s;"));
+            out.line(format!("int64_t e = s + ({PANEL} - l0 % {PANEL});"));
+            out.line(format!("if (e > {b}) e = {b};"));
+            out.line(format!(
+                "{cty} *restrict d = b{id} + {} * {} + ({rowflat}) * {PANEL} + (l0 % {PANEL});",
                 em.panel(id, "l0"),
                 rows * PANEL,
-                copy.map_or(scalar_loop.clone(), |c| vector_copy(c, &scalar_loop, lanes)),
-            )
-            .unwrap();
+            ));
+            out.line(copy.map_or(scalar_loop.clone(), |c| vector_copy(c, &scalar_loop, lanes)));
+            out.line("s = e;");
+            out.close("}");
         }
     } else {
         for (i, (a, b, val)) in ranges.iter().enumerate() {
@@ -1092,27 +1050,22 @@ fn emit_guarded(
                 let scalar_loop = format!(
                     "for (int64_t {v} = s; {v} < e; ++{v}) {{ {def}b{id}[{flat_out}] = {val}; }}"
                 );
-                writeln!(
-                    out,
-                    "{indent}    {{\n\
-                     {indent}        const int64_t s = {a}, e = {b};\n\
-                     {indent}        {cty} *restrict d;\n\
-                     {indent}        {{ const int64_t {v} = s; {def}d = &b{id}[{flat_out}]; }}\n\
-                     {indent}        {}\n\
-                     {indent}    }}",
-                    vector_copy(c, &scalar_loop, lanes),
-                )
-                .unwrap();
+                out.open("{");
+                out.line(format!("const int64_t s = {a}, e = {b};"));
+                out.line(format!("{cty} *restrict d;"));
+                out.line(format!(
+                    "{{ const int64_t {v} = s; {def}d = &b{id}[{flat_out}]; }}"
+                ));
+                out.line(vector_copy(c, &scalar_loop, lanes));
+                out.close("}");
                 continue;
             }
-            writeln!(
-                out,
-                "{indent}    for (int64_t {v} = {a}; {v} < {b}; ++{v}) {{ {def}b{id}[{flat_out}] = {val}; }}"
-            )
-            .unwrap();
+            out.line(format!(
+                "for (int64_t {v} = {a}; {v} < {b}; ++{v}) {{ {def}b{id}[{flat_out}] = {val}; }}"
+            ));
         }
     }
-    writeln!(out, "{indent}}}").unwrap();
+    out.close("}");
 }
 
 /// A copy of `e - s` f32 elements from `src` to `d` (both defined by `src_def` / the caller) in
@@ -1132,18 +1085,18 @@ fn vector_copy(src_def: &str, scalar_loop: &str, lanes: usize) -> String {
         let last = mv(&format!("m - {w}"));
         if w == lanes {
             let step = mv("j");
-            write!(s, "if (m >= {w}) {{ int64_t j = 0; for (; j + {w} <= m; j += {w}) {step} if (j < m) {last} }} ").unwrap();
+            s += &format!("if (m >= {w}) {{ int64_t j = 0; for (; j + {w} <= m; j += {w}) {step} if (j < m) {last} }} ");
         } else {
-            write!(s, "else if (m >= {w}) {{ {} {last} }} ", mv("0")).unwrap();
+            s += &format!("else if (m >= {w}) {{ {} {last} }} ", mv("0"));
         }
         w /= 2;
     }
-    s.push_str(&format!("else {{ (void)src; {scalar_loop} }} }}"));
+    s += &format!("else {{ (void)src; {scalar_loop} }} }}");
     s
 }
 
 impl RowPlan {
-    fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+    fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
         let (v, n) = (self.v, shape[self.v]);
@@ -1151,8 +1104,10 @@ impl RowPlan {
         let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
         let t = self.tile;
         let n_tiles = n.div_ceil(t);
-        writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
-        writeln!(out, "        const int64_t t0 = (o % {n_tiles}) * {t}, t1 = t0 + {t} < {n} ? t0 + {t} : {n};").unwrap();
+        out.open("for (int64_t o = begin; o < end; ++o) {");
+        out.line(format!(
+            "const int64_t t0 = (o % {n_tiles}) * {t}, t1 = t0 + {t} < {n} ? t0 + {t} : {n};"
+        ));
         let mut rem = format!("(o / {n_tiles})");
         for (pos, &k) in self.outer.iter().enumerate().rev() {
             let ext = if k == jk { shape[k] / jn } else { shape[k] };
@@ -1162,17 +1117,16 @@ impl RowPlan {
                 String::new()
             };
             if pos == 0 {
-                writeln!(out, "        const int64_t i{k} = ({rem}){scale};").unwrap();
+                out.line(format!("const int64_t i{k} = ({rem}){scale};"));
             } else {
-                writeln!(out, "        const int64_t i{k} = ({rem} % {ext}){scale};").unwrap();
+                out.line(format!("const int64_t i{k} = ({rem} % {ext}){scale};"));
                 rem = format!("({rem} / {ext})");
             }
         }
         let init = scalar(r.op.init(st.ty.dtype));
-        writeln!(out, "        {cty} accv[{jn}][{t}];").unwrap();
-        writeln!(out, "        for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {t}; ++i{v}) accv[j][i{v}] = {init};").unwrap();
-        let mut ri = "        ".to_string();
-        open_reduction(out, &mut ri, &r.extents);
+        out.line(format!("{cty} accv[{jn}][{t}];"));
+        out.line(format!("for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {t}; ++i{v}) accv[j][i{v}] = {init};"));
+        open_reduction(out, &r.extents);
         let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);
         let (value, lo, hi) = match &self.guard {
             Some(g) => {
@@ -1193,21 +1147,25 @@ impl RowPlan {
                         .map(|e| em.expr(e))
                         .collect::<Vec<_>>()
                         .join(" && ");
-                    writeln!(out, "{ri}if (!({c})) continue;").unwrap();
+                    out.line(format!("if (!({c})) continue;"));
                 }
                 (&g.value, lo, hi)
             }
             None => (&st.body, "t0".to_string(), "t1".to_string()),
         };
-        writeln!(out, "{ri}const int64_t lo = {lo}, hi = {hi};").unwrap();
-        writeln!(out, "{ri}for (int64_t i{v} = lo; i{v} < hi; ++i{v}) {{").unwrap();
+        out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
+        out.open(format!("for (int64_t i{v} = lo; i{v} < hi; ++i{v}) {{"));
         for j in 0..jn {
             let x = em.expr(&jammed(value, j));
-            let upd = accumulate(r.op, st.ty.dtype, &format!("accv[{j}][i{v} - t0]"), &x);
-            writeln!(out, "{ri}    {upd}").unwrap();
+            out.line(accumulate(
+                r.op,
+                st.ty.dtype,
+                &format!("accv[{j}][i{v} - t0]"),
+                &x,
+            ));
         }
-        writeln!(out, "{ri}}}").unwrap();
-        close_reduction(out, &mut ri, r.extents.len());
+        out.close("}");
+        close_reduction(out, r.extents.len());
         let st_strides = strides(shape);
         for j in 0..jn {
             let flat = jammed_offset(shape, &st_strides, jk, j, None);
@@ -1216,21 +1174,21 @@ impl RowPlan {
                 .as_ref()
                 .map(|f| em.expr(&jammed(f, j)))
                 .unwrap_or_else(|| "acc".into());
-            writeln!(out, "        for (int64_t i{v} = t0; i{v} < t1; ++i{v}) {{ const {cty} acc = accv[{j}][i{v} - t0]; b{id}[{flat}] = {fin}; }}").unwrap();
+            out.line(format!("for (int64_t i{v} = t0; i{v} < t1; ++i{v}) {{ const {cty} acc = accv[{j}][i{v} - t0]; b{id}[{flat}] = {fin}; }}"));
         }
-        writeln!(out, "    }}\n}}").unwrap();
+        out.close("}");
     }
 }
 
 impl GemmPlan {
-    fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+    fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
         let (v, n, w, nv) = (self.v, shape[self.v], self.lanes, self.vecs);
         let tw = w * nv;
         let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
         let vt = format!("cl_f32x{w}");
-        writeln!(out, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+        out.open("for (int64_t o = begin; o < end; ++o) {");
         // Unravel: the jammed block index varies fastest, then the outer dims, the tile slowest.
         let mut rem = "o".to_string();
         for &k in self.outer.iter().rev() {
@@ -1244,16 +1202,14 @@ impl GemmPlan {
             } else {
                 String::new()
             };
-            writeln!(out, "        const int64_t i{k} = ({rem} % {ext}){scale};").unwrap();
+            out.line(format!("const int64_t i{k} = ({rem} % {ext}){scale};"));
             rem = format!("({rem} / {ext})");
         }
-        writeln!(
-            out,
-            "        const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
-        )
-        .unwrap();
+        out.line(format!(
+            "const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
+        ));
         let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);
-        let store = |out: &mut String, j: usize, col: Option<&str>, acc: &str, indent: &str| {
+        let store = |out: &mut CWriter, j: usize, col: Option<&str>, acc: &str| {
             let st_strides = strides(shape);
             let flat = jammed_offset(shape, &st_strides, jk, j, None);
             let fin = r
@@ -1264,38 +1220,35 @@ impl GemmPlan {
             let decl = col
                 .map(|c| format!("const int64_t i{v} = {c}; "))
                 .unwrap_or_default();
-            writeln!(
-                out,
-                "{indent}{{ {decl}const float acc = {acc}; b{id}[{flat}] = {fin}; }}"
-            )
-            .unwrap();
+            out.line(format!(
+                "{{ {decl}const float acc = {acc}; b{id}[{flat}] = {fin}; }}"
+            ));
         };
         // The tile's code for `jn` rows (all blocks, or every block but a shorter last one).
-        let rows_body = |out: &mut String, jn: usize| {
+        let rows_body = |out: &mut CWriter, jn: usize| {
             // Full tile: accumulators in registers.
-            writeln!(out, "        if (t1 - t0 == {tw}) {{").unwrap();
+            out.open(format!("if (t1 - t0 == {tw}) {{"));
             for j in 0..jn {
                 for t in 0..nv {
-                    writeln!(out, "            {vt} c{j}_{t} = {{0}};").unwrap();
+                    out.line(format!("{vt} c{j}_{t} = {{0}};"));
                 }
             }
-            let mut ri = "            ".to_string();
-            open_reduction(out, &mut ri, &r.extents);
+            open_reduction(out, &r.extents);
             for j in 0..jn {
                 let body = jammed(&st.body, j);
                 for t in 0..nv {
                     let x = vector_expr(em, &body, v as u32, &format!("t0 + {}", t * w), &vt);
-                    writeln!(out, "{ri}c{j}_{t} += {x};").unwrap();
+                    out.line(format!("c{j}_{t} += {x};"));
                 }
             }
             // The next tile's rows, a cache line at a time.
             for e in &self.prefetch {
                 for c in (0..tw).step_by(CACHE_LINE / 4) {
                     let at = row_address(em, e, v as u32, &format!("t0 + {}", tw + c));
-                    writeln!(out, "{ri}__builtin_prefetch({at});").unwrap();
+                    out.line(format!("__builtin_prefetch({at});"));
                 }
             }
-            close_reduction(out, &mut ri, r.extents.len());
+            close_reduction(out, r.extents.len());
             let vec_fin = r
                 .finalize
                 .as_ref()
@@ -1317,133 +1270,109 @@ impl GemmPlan {
                             None => format!("c{j}_{t}"),
                         };
                         let flat = jammed_offset(shape, &st_strides, jk, j, Some(v));
-                        writeln!(
-                            out,
-                            "            *({vt} *)&b{id}[{flat} + {col}] = {value};"
-                        )
-                        .unwrap();
+                        out.line(format!("*({vt} *)&b{id}[{flat} + {col}] = {value};"));
                         // The same rows' next tile, to be written: fetched for ownership
                         // ahead, where the loads stream too.
                         if !self.prefetch.is_empty() && (t * w) % (CACHE_LINE / 4) == 0 {
-                            writeln!(
-                                out,
-                                "            __builtin_prefetch(&b{id}[{flat} + {col} + {tw}], 1);"
-                            )
-                            .unwrap();
+                            out.line(format!(
+                                "__builtin_prefetch(&b{id}[{flat} + {col} + {tw}], 1);"
+                            ));
                         }
                     }
                 }
             }
-            writeln!(out, "            float tmp[{w}];").unwrap();
+            out.line(format!("float tmp[{w}];"));
             for j in 0..jn {
                 if vec_fin {
                     break;
                 }
                 for t in 0..nv {
-                    writeln!(out, "            *({vt} *)tmp = c{j}_{t};").unwrap();
-                    writeln!(out, "            for (int64_t l = 0; l < {w}; ++l)").unwrap();
-                    store(
-                        out,
-                        j,
-                        Some(&format!("t0 + {} + l", t * w)),
-                        "tmp[l]",
-                        "                ",
-                    );
+                    out.line(format!("*({vt} *)tmp = c{j}_{t};"));
+                    out.line(format!("for (int64_t l = 0; l < {w}; ++l)"));
+                    let col = format!("t0 + {} + l", t * w);
+                    out.indented(|out| store(out, j, Some(&col), "tmp[l]"));
                 }
             }
             // Partial tile: single vectors of this width, then of 4 lanes, then one column at a
             // time.
-            writeln!(out, "        }} else {{").unwrap();
-            writeln!(out, "            int64_t c = t0;").unwrap();
+            out.reopen("} else {");
+            out.line("int64_t c = t0;");
             let mut widths = vec![w];
             if w > 4 {
                 widths.push(4);
             }
             // One vector of `vw` lanes starting at column `col`: accumulate every jammed row, then
             // store lanes `first..vw` through a scratch array.
-            let one_vector = |out: &mut String, vw: usize, col: &str, first: &str| {
+            let one_vector = |out: &mut CWriter, vw: usize, col: &str, first: &str| {
                 let vt = format!("cl_f32x{vw}");
                 for j in 0..jn {
-                    writeln!(out, "                {vt} a{j} = {{0}};").unwrap();
+                    out.line(format!("{vt} a{j} = {{0}};"));
                 }
-                let mut ri = "                ".to_string();
-                open_reduction(out, &mut ri, &r.extents);
+                open_reduction(out, &r.extents);
                 for j in 0..jn {
                     let x = vector_expr(em, &jammed(&st.body, j), v as u32, col, &vt);
-                    writeln!(out, "{ri}a{j} += {x};").unwrap();
+                    out.line(format!("a{j} += {x};"));
                 }
-                close_reduction(out, &mut ri, r.extents.len());
-                writeln!(out, "                float tmp[{vw}];").unwrap();
+                close_reduction(out, r.extents.len());
+                out.line(format!("float tmp[{vw}];"));
                 for j in 0..jn {
-                    writeln!(out, "                *({vt} *)tmp = a{j};").unwrap();
-                    writeln!(
-                        out,
-                        "                for (int64_t l = {first}; l < {vw}; ++l)"
-                    )
-                    .unwrap();
-                    store(
-                        out,
-                        j,
-                        Some(&format!("{col} + l")),
-                        "tmp[l]",
-                        "                    ",
-                    );
+                    out.line(format!("*({vt} *)tmp = a{j};"));
+                    out.line(format!("for (int64_t l = {first}; l < {vw}; ++l)"));
+                    let col = format!("{col} + l");
+                    out.indented(|out| store(out, j, Some(&col), "tmp[l]"));
                 }
             };
             for &vw in &widths {
-                writeln!(out, "            for (; c + {vw} <= t1; c += {vw}) {{").unwrap();
+                out.open(format!("for (; c + {vw} <= t1; c += {vw}) {{"));
                 one_vector(out, vw, "c", "0");
-                writeln!(out, "            }}").unwrap();
+                out.close("}");
             }
             // Fewer columns than a vector left past the full vectors, in a row of at least a
             // vector: one vector ending at the row's end (overlapping columns the previous tile
             // computes; within one panel of packed operands), of which only the new columns are
             // stored. A row of 49 on 16 lanes then takes its last column in a vector, not in a
             // scalar loop.
-            writeln!(
-                out,
-                "            if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{\n                const int64_t cb = t1 - {w};"
-            )
-            .unwrap();
+            out.open(format!(
+                "if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{"
+            ));
+            out.line(format!("const int64_t cb = t1 - {w};"));
             one_vector(out, w, "cb", "c - cb");
-            writeln!(out, "                c = t1;\n            }}").unwrap();
-            writeln!(
-                out,
-                "            for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"
-            )
-            .unwrap();
+            out.line("c = t1;");
+            out.close("}");
+            out.open(format!("for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"));
             for j in 0..jn {
-                writeln!(out, "                float s{j} = 0.0f;").unwrap();
+                out.line(format!("float s{j} = 0.0f;"));
             }
-            let mut ri = "                ".to_string();
-            open_reduction(out, &mut ri, &r.extents);
+            open_reduction(out, &r.extents);
             for j in 0..jn {
-                writeln!(out, "{ri}s{j} += {};", em.expr(&jammed(&st.body, j))).unwrap();
+                out.line(format!("s{j} += {};", em.expr(&jammed(&st.body, j))));
             }
-            close_reduction(out, &mut ri, r.extents.len());
+            close_reduction(out, r.extents.len());
             for j in 0..jn {
-                store(out, j, None, &format!("s{j}"), "                ");
+                store(out, j, None, &format!("s{j}"));
             }
-            writeln!(out, "            }}\n        }}").unwrap();
+            out.close("}");
+            out.close("}");
         };
         if self.jam_rem == 0 {
             rows_body(out, jn);
         } else {
+            // The rows' code is written at this depth, not under the `if`.
             let ext = shape[jk];
-            writeln!(out, "        if (i{jk} + {jn} <= {ext}) {{").unwrap();
+            out.line(format!("if (i{jk} + {jn} <= {ext}) {{"));
             rows_body(out, jn);
-            writeln!(out, "        }} else {{").unwrap();
+            out.line("} else {");
             rows_body(out, self.jam_rem);
-            writeln!(out, "        }}").unwrap();
+            out.line("}");
         }
-        writeln!(out, "    }}\n}}").unwrap();
+        out.close("}");
     }
 }
 
 /// Transposes the `w` vectors of `w` lanes in the C array `v` (of type `vt`) in registers:
 /// log2(w) butterfly stages, in each of which rows `i` and `i + b` exchange blocks of `b` lanes
 /// through two-vector shuffles. Row `l` then holds what was lane `l` of every row.
-fn transpose_in_registers(s: &mut String, w: usize, vt: &str, indent: &str) {
+fn transpose_in_registers(out: &mut CWriter, w: usize, vt: &str) {
     let mut b = 1;
     while b < w {
         let mask = |hi: bool| {
@@ -1461,13 +1390,11 @@ fn transpose_in_registers(s: &mut String, w: usize, vt: &str, indent: &str) {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        writeln!(
-            s,
-            "{indent}for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = cl_vshuf2({w}, x, y, {}); v[i + {b}] = cl_vshuf2({w}, x, y, {}); }}",
+        out.line(format!(
+            "for (int64_t i = 0; i < {w}; ++i) if (!(i & {b})) {{ const {vt} x = v[i], y = v[i + {b}]; v[i] = cl_vshuf2({w}, x, y, {}); v[i + {b}] = cl_vshuf2({w}, x, y, {}); }}",
             mask(false),
             mask(true)
-        )
-        .unwrap();
+        ));
         b *= 2;
     }
 }
@@ -1570,11 +1497,10 @@ fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
     )
 }
 
-/// Opens one loop per reduction variable (`r0`, `r1`, ...), indenting `ri`.
-fn open_reduction(out: &mut String, ri: &mut String, extents: &[usize]) {
+/// Opens one loop per reduction variable (`r0`, `r1`, ...).
+fn open_reduction(out: &mut CWriter, extents: &[usize]) {
     for (k, &e) in extents.iter().enumerate() {
-        writeln!(out, "{ri}for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{").unwrap();
-        ri.push_str("    ");
+        out.open(format!("for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{"));
     }
 }
 
@@ -1598,10 +1524,9 @@ fn accumulate(op: RedOp, dtype: DType, acc: &str, v: &str) -> String {
 }
 
 /// Closes the loops of [`open_reduction`].
-fn close_reduction(out: &mut String, ri: &mut String, n: usize) {
+fn close_reduction(out: &mut CWriter, n: usize) {
     for _ in 0..n {
-        ri.truncate(ri.len() - 4);
-        writeln!(out, "{ri}}}").unwrap();
+        out.close("}");
     }
 }
 

@@ -6,8 +6,7 @@
 //! (batch element, row or column block) tasks as divide evenly over the runtime's threads, run by
 //! its `parallel_for`, each calling the library single-threaded, so thread counts are the
 //! runtime's, whatever the library.
-use std::fmt::Write;
-
+use super::writer::CWriter;
 use crate::ir::DType;
 use crate::schedule::{buf_ptr, Place};
 use crate::te::{BinOp, Expr, Program, RedOp, Src, Stage};
@@ -291,7 +290,7 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
 /// GEMM) into its buffer through `cl_gemm` (tasks of batch elements and row or column blocks),
 /// preceded by `{fname}_off`, the batch offsets of its operands.
 pub fn emit_gemm(
-    out: &mut String,
+    out: &mut CWriter,
     places: &[Place],
     id: u32,
     g: &GemmCall,
@@ -304,20 +303,10 @@ pub fn emit_gemm(
         .ok()
         .and_then(|b| b.gemm_fn())
         .unwrap_or_else(|| panic!("backend {backend} places GEMMs but names no GEMM function"));
-    // The kernel is written after its batch-offsets function (below).
-    let kernel = &mut String::new();
-    writeln!(
-        kernel,
-        "static void {fname}(const collage_rt *rt, collage_ctx *ctx) {{"
-    )
-    .unwrap();
     let ptr = |b: u32| buf_ptr(places, b);
     let Place::Arena(co) = places[id as usize] else {
         panic!("GEMM stage {id} is not in the arena")
     };
-    writeln!(kernel, "    const float *a = {};", ptr(g.a.buf)).unwrap();
-    writeln!(kernel, "    const float *b = {};", ptr(g.b.buf)).unwrap();
-    writeln!(kernel, "    float *c = (float *)(ctx->A + {co});").unwrap();
     let nb: usize = g.batch.iter().product();
     // Unravel the batch index and form each operand's batch offset.
     let mut a_off = format!("{}", g.a.off);
@@ -330,32 +319,38 @@ pub fn emit_gemm(
             format!("({rem} % {})", g.batch[d])
         };
         if g.a.batch[d] != 0 {
-            write!(a_off, " + {idx} * {}", g.a.batch[d]).unwrap();
+            a_off += &format!(" + {idx} * {}", g.a.batch[d]);
         }
         if g.b.batch[d] != 0 {
-            write!(b_off, " + {idx} * {}", g.b.batch[d]).unwrap();
+            b_off += &format!(" + {idx} * {}", g.b.batch[d]);
         }
         rem = format!("({rem} / {})", g.batch[d]);
     }
+    out.open(format!(
+        "static void {fname}_off(int64_t t, int64_t *a_off, int64_t *b_off) {{"
+    ));
+    out.line("(void)t;");
+    out.line(format!("*a_off = {a_off};"));
+    out.line(format!("*b_off = {b_off};"));
+    out.close("}");
+    out.open(format!(
+        "static void {fname}(const collage_rt *rt, collage_ctx *ctx) {{"
+    ));
+    out.line(format!("const float *a = {};", ptr(g.a.buf)));
+    out.line(format!("const float *b = {};", ptr(g.b.buf)));
+    out.line(format!("float *c = (float *)(ctx->A + {co});"));
     let (m, n, k) = (g.m, g.n, g.k);
-    writeln!(
-        kernel,
-        "    cl_gemm_job j = {{{f}, {fname}_off, {m}, {n}, {k}, {}, {}, {}, {}, {n}, {}, {nb}, {}, 0, 0, 0, a, b, c}};",
+    out.line(format!(
+        "cl_gemm_job j = {{{f}, {fname}_off, {m}, {n}, {k}, {}, {}, {}, {}, {n}, {}, {nb}, {}, 0, 0, 0, a, b, c}};",
         g.a.rs,
         g.a.cs,
         g.b.rs,
         g.b.cs,
         m * n,
         i32::from(parallel)
-    )
-    .unwrap();
-    writeln!(kernel, "    cl_gemm(rt, &j);\n}}").unwrap();
-    writeln!(
-        out,
-        "static void {fname}_off(int64_t t, int64_t *a_off, int64_t *b_off) {{\n    (void)t;\n    *a_off = {a_off};\n    *b_off = {b_off};\n}}"
-    )
-    .unwrap();
-    out.push_str(kernel);
+    ));
+    out.line("cl_gemm(rt, &j);");
+    out.close("}");
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 pub mod c;
 pub mod library;
 pub mod rust;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::sync::Arc;

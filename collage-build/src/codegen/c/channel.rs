@@ -13,17 +13,15 @@
 //! a row apart in memory: blocks of `lanes` columns by `lanes` channels are transposed in
 //! registers (log2(lanes) stages of two-vector shuffles) and stored a vector per channel; the
 //! columns left over, and epilogues that do not vectorise, store one float at a time.
-use std::fmt::Write;
-
 use super::{
     jam_expr, jammed_offset, transpose_in_registers, vector_expr, vector_expr_acc, vectorizable,
-    Emitter,
+    CWriter, Emitter,
 };
 use crate::ir::strides;
 use crate::te::{ChannelPlan, Stage};
 
 impl ChannelPlan {
-    pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage) {
+    pub(super) fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (c, row, w, nv) = (self.c, self.row, self.lanes, self.vecs);
@@ -33,75 +31,67 @@ impl ChannelPlan {
         let vt = format!("cl_f32x{w}");
         let st_strides = strides(shape);
         let s = out;
-        writeln!(s, "    float accb[{}];", self.group * tw).unwrap();
-        writeln!(s, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
-        writeln!(
-            s,
-            "        const int64_t g = o % {}, t0 = (o / {}) % {} * {tw};",
+        s.line(format!("float accb[{}];", self.group * tw));
+        s.open("for (int64_t o = begin; o < end; ++o) {");
+        s.line(format!(
+            "const int64_t g = o % {}, t0 = (o / {}) % {} * {tw};",
             self.n_groups, self.n_groups, self.n_tiles
-        )
-        .unwrap();
+        ));
         let mut rem = format!("(o / {})", self.n_groups * self.n_tiles);
         for d in (0..shape.len()).rev().filter(|&d| d != c && d != row) {
-            writeln!(s, "        const int64_t i{d} = {rem} % {};", shape[d]).unwrap();
+            s.line(format!("const int64_t i{d} = {rem} % {};", shape[d]));
             rem = format!("({rem} / {})", shape[d]);
         }
-        writeln!(
-            s,
-            "        const int64_t j0 = g * {g}, j1 = j0 + {g} < {n} ? j0 + {g} : {n};",
+        s.line(format!(
+            "const int64_t j0 = g * {g}, j1 = j0 + {g} < {n} ? j0 + {g} : {n};",
             g = self.group
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "        for (int64_t q = 0; q < (j1 - j0) * {tw}; ++q) accb[q] = 0.0f;"
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "        for (int64_t kb = 0; kb < {k}; kb += {kc}) {{\n            const int64_t ke = kb + {kc} < {k} ? kb + {kc} : {k};\n            int64_t i{row} = j0;",
-            kc = self.kc
-        )
-        .unwrap();
+        ));
+        s.line(format!(
+            "for (int64_t q = 0; q < (j1 - j0) * {tw}; ++q) accb[q] = 0.0f;"
+        ));
+        let kc = self.kc;
+        s.open(format!("for (int64_t kb = 0; kb < {k}; kb += {kc}) {{"));
+        s.line(format!(
+            "const int64_t ke = kb + {kc} < {k} ? kb + {kc} : {k};"
+        ));
+        s.line(format!("int64_t i{row} = j0;"));
         // A register tile of `jn` columns from `i{row}`: load its partial sums, run the block,
         // store them back.
         let jam = Some((row, self.rows));
-        let sums = |s: &mut String, jn: usize, line: &dyn Fn(usize, String) -> String| {
+        let sums = |s: &mut CWriter, jn: usize, line: &dyn Fn(usize, String) -> String| {
             for j in 0..jn {
                 for t in 0..nv {
                     let at = format!("*({vt} *)&accb[(i{row} - j0 + {j}) * {tw} + {}]", t * w);
-                    writeln!(s, "                {}", line(j * nv + t, at)).unwrap();
+                    s.line(line(j * nv + t, at));
                 }
             }
         };
         let name = |k: usize| format!("c{}_{}", k / nv, k % nv);
-        let tile = |s: &mut String, jn: usize| {
+        let tile = |s: &mut CWriter, jn: usize| {
             sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
-            writeln!(s, "                for (int64_t r0 = kb; r0 < ke; ++r0) {{").unwrap();
+            s.open("for (int64_t r0 = kb; r0 < ke; ++r0) {");
             for j in 0..jn {
                 let body = jam_expr(&st.body, shape.len(), jam, j);
                 for t in 0..nv {
                     let x = vector_expr(em, &body, c as u32, &format!("t0 + {}", t * w), &vt);
-                    writeln!(s, "                    c{j}_{t} += {x};").unwrap();
+                    s.line(format!("c{j}_{t} += {x};"));
                 }
             }
-            writeln!(s, "                }}").unwrap();
+            s.close("}");
             sums(s, jn, &|k, at| format!("{at} = {};", name(k)));
         };
-        writeln!(
-            s,
-            "            for (; i{row} + {} <= j1; i{row} += {}) {{",
+        s.open(format!(
+            "for (; i{row} + {} <= j1; i{row} += {}) {{",
             self.rows, self.rows
-        )
-        .unwrap();
+        ));
         tile(s, self.rows);
-        writeln!(s, "            }}").unwrap();
+        s.close("}");
         if self.rows > 1 {
-            writeln!(s, "            for (; i{row} < j1; ++i{row}) {{").unwrap();
+            s.open(format!("for (; i{row} < j1; ++i{row}) {{"));
             tile(s, 1);
-            writeln!(s, "            }}").unwrap();
+            s.close("}");
         }
-        writeln!(s, "        }}").unwrap();
+        s.close("}");
         let vec_fin = r
             .finalize
             .as_ref()
@@ -111,71 +101,63 @@ impl ChannelPlan {
         // The epilogue. With one that vectorises along the channels and a row of unit stride,
         // blocks of `w` columns by `w` channels are transposed in registers, so each channel's
         // columns are stored as one vector instead of one float at a time.
-        writeln!(s, "        int64_t i{row} = j0;").unwrap();
+        s.line(format!("int64_t i{row} = j0;"));
         if vec_fin && st_strides[row] == 1 && matches!(w, 4 | 8 | 16) {
             let value = |col: &str| match &r.finalize {
                 Some(f) => vector_expr_acc(em, f, c as u32, col, &vt, "av"),
                 None => "av".to_string(),
             };
-            writeln!(
-                s,
-                "        for (; i{row} + {w} <= j1; i{row} += {w}) {{\n            const int64_t jb = i{row};"
-            )
-            .unwrap();
+            s.open(format!("for (; i{row} + {w} <= j1; i{row} += {w}) {{"));
+            s.line(format!("const int64_t jb = i{row};"));
             for t in 0..nv {
                 let col = format!("t0 + {}", t * w);
-                writeln!(s, "            {{\n                {vt} v[{w}];").unwrap();
-                writeln!(
-                    s,
-                    "                for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{row} = jb + l; const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; v[l] = {}; }}",
+                s.open("{");
+                s.line(format!("{vt} v[{w}];"));
+                s.line(format!(
+                    "for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{row} = jb + l; const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; v[l] = {}; }}",
                     t * w,
                     value(&col)
-                )
-                .unwrap();
-                transpose_in_registers(s, w, &vt, "                ");
-                writeln!(
-                    s,
-                    "                for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {}] = v[l];\n            }}",
+                ));
+                transpose_in_registers(s, w, &vt);
+                s.line(format!(
+                    "for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {}] = v[l];",
                     st_strides[c]
-                )
-                .unwrap();
+                ));
+                s.close("}");
             }
-            writeln!(s, "        }}").unwrap();
+            s.close("}");
         }
-        // The rest, column by column.
-        writeln!(s, "        for (; i{row} < j1; ++i{row}) {{").unwrap();
+        // The rest, column by column: a block per vector, its statements two columns in.
+        s.open(format!("for (; i{row} < j1; ++i{row}) {{"));
         for t in 0..nv {
             let col = format!("t0 + {}", t * w);
-            writeln!(
-                s,
-                "            {{ const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; float tv[{w}];",
+            s.line(format!(
+                "{{ const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; float tv[{w}];",
                 t * w
-            )
-            .unwrap();
+            ));
             if vec_fin {
                 let value = match &r.finalize {
                     Some(f) => vector_expr_acc(em, f, c as u32, &col, &vt, "av"),
                     None => "av".to_string(),
                 };
-                writeln!(
-                    s,
-                    "              *({vt} *)tv = {value};\n              for (int64_t l = 0; l < {w}; ++l) b{id}[{skip_c} + ({col} + l) * {}] = tv[l]; }}",
+                s.line(format!("  *({vt} *)tv = {value};"));
+                s.line(format!(
+                    "  for (int64_t l = 0; l < {w}; ++l) b{id}[{skip_c} + ({col} + l) * {}] = tv[l]; }}",
                     st_strides[c]
-                )
-                .unwrap();
+                ));
             } else {
                 let fin = r
                     .finalize
                     .as_ref()
                     .map(|f| em.expr(f))
                     .unwrap_or_else(|| "acc".into());
-                writeln!(
-                    s,
-                    "              *({vt} *)tv = av;\n              for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{c} = {col} + l; const float acc = tv[l]; b{id}[{all}] = {fin}; }} }}"
-                )
-                .unwrap();
+                s.line(format!("  *({vt} *)tv = av;"));
+                s.line(format!(
+                    "  for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{c} = {col} + l; const float acc = tv[l]; b{id}[{all}] = {fin}; }} }}"
+                ));
             }
         }
-        writeln!(s, "        }}\n    }}\n}}").unwrap();
+        s.close("}");
+        s.close("}");
     }
 }

@@ -17,16 +17,14 @@
 //! come in blocks of 16 and their epilogue runs along the channels ([`PlanePlan::chan`]): the
 //! block's padded planes transposed into a pixel-major scratch, every output a vector of 16
 //! channels, the outputs transposed back in registers.
-use std::fmt::Write;
-
-use super::{transpose_in_registers, vector_expr_acc, vectorizable, Emitter, CACHE_LINE};
+use super::{transpose_in_registers, vector_expr_acc, vectorizable, CWriter, Emitter, CACHE_LINE};
 use crate::ir::strides;
 use crate::schedule::plan::MAX_LANES;
 use crate::te::{PlanePlan, Src, Stage};
 
 impl PlanePlan {
     /// The stage's kernel for a variant of `lanes` f32 lanes.
-    pub(super) fn emit(&self, out: &mut String, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
+    pub(super) fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
         if self.chan {
             return self.emit_chan(out, em, id, st, lanes);
         }
@@ -69,101 +67,91 @@ impl PlanePlan {
         let s = out;
         if self.flat {
             // The flat run reads up to a row and a vector past the band (zeros).
-            writeln!(
-                s,
-                "    float pad[{}], accs[{}];",
+            s.line(format!(
+                "float pad[{}], accs[{}];",
                 rows_in * row + row + MAX_LANES,
                 self.band * row + MAX_LANES
-            )
-            .unwrap();
+            ));
         } else {
-            writeln!(s, "    float pad[{}];", rows_in * row).unwrap();
+            s.line(format!("float pad[{}];", rows_in * row));
         }
-        writeln!(s, "    for (int64_t o = begin; o < end; ++o) {{").unwrap();
+        s.open("for (int64_t o = begin; o < end; ++o) {");
         let planes = shape[0] * c1;
         if self.parts > 1 {
-            writeln!(
-                s,
-                "        const int64_t i1 = o % {c1}, i0 = o / {c1} % {}, part = o / {planes};\n        const int64_t ylo = part * {pr}, yhi = ylo + {pr} < {ho} ? ylo + {pr} : {ho};",
-                shape[0],
-                pr = self.part_rows,
-                ho = h.out
-            )
-            .unwrap();
+            let (pr, ho) = (self.part_rows, h.out);
+            s.line(format!(
+                "const int64_t i1 = o % {c1}, i0 = o / {c1} % {}, part = o / {planes};",
+                shape[0]
+            ));
+            s.line(format!(
+                "const int64_t ylo = part * {pr}, yhi = ylo + {pr} < {ho} ? ylo + {pr} : {ho};"
+            ));
         } else {
-            writeln!(s, "        const int64_t i1 = o % {c1}, i0 = o / {c1};").unwrap();
-            writeln!(s, "        const int64_t ylo = 0, yhi = {};", h.out).unwrap();
+            s.line(format!("const int64_t i1 = o % {c1}, i0 = o / {c1};"));
+            s.line(format!("const int64_t ylo = 0, yhi = {};", h.out));
         }
         for k in &self.unit_rvars {
-            writeln!(s, "        const int64_t r{k} = 0;").unwrap();
+            s.line(format!("const int64_t r{k} = 0;"));
         }
-        writeln!(
-            s,
-            "        const float *restrict xp = b{x} + {};",
+        s.line(format!(
+            "const float *restrict xp = b{x} + {};",
             em.expr(&self.plane)
-        )
-        .unwrap();
+        ));
         let (ra, rb) = (h.rvar, w.rvar);
         let taps = h.taps * w.taps;
-        writeln!(
-            s,
-            "        float wv[{taps}];\n        for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})\n            for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
-            h.taps,
-            w.taps,
-            w.taps,
-            em.expr(&self.weight)
-        )
-        .unwrap();
+        s.line(format!("float wv[{taps}];"));
+        s.line(format!(
+            "for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})",
+            h.taps
+        ));
+        s.indented(|s| {
+            s.line(format!(
+                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
+                w.taps,
+                w.taps,
+                em.expr(&self.weight)
+            ))
+        });
         if v > 1 {
-            writeln!(
-                s,
-                "        {vt} wvv[{taps}];\n        for (int64_t t = 0; t < {taps}; ++t) wvv[t] = ({vt}){{0}} + wv[t];"
-            )
-            .unwrap();
+            s.line(format!("{vt} wvv[{taps}];"));
+            s.line(format!(
+                "for (int64_t t = 0; t < {taps}; ++t) wvv[t] = ({vt}){{0}} + wv[t];"
+            ));
         }
-        writeln!(
-            s,
-            "        for (int64_t y0 = ylo; y0 < yhi; y0 += {}) {{",
+        s.open(format!(
+            "for (int64_t y0 = ylo; y0 < yhi; y0 += {}) {{",
             self.band
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "            const int64_t rows = yhi - y0 < {b} ? yhi - y0 : {b};",
+        ));
+        s.line(format!(
+            "const int64_t rows = yhi - y0 < {b} ? yhi - y0 : {b};",
             b = self.band
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "            const int64_t rows_in = (rows - 1) * {} + {};",
+        ));
+        s.line(format!(
+            "const int64_t rows_in = (rows - 1) * {} + {};",
             h.stride,
             (h.taps - 1) * h.dilation + 1
-        )
-        .unwrap();
+        ));
         // The band's input rows, zero-padded, each as `phases` deinterleaved rows.
-        writeln!(
-            s,
-            "            for (int64_t yy = 0; yy < rows_in; ++yy) {{\n                float *restrict d = pad + yy * {row};\n                const int64_t y = y0 * {} + yy + ({});",
+        s.open("for (int64_t yy = 0; yy < rows_in; ++yy) {");
+        s.line(format!("float *restrict d = pad + yy * {row};"));
+        s.line(format!(
+            "const int64_t y = y0 * {} + yy + ({});",
             h.stride, h.offset
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "                if (y < 0 || y >= {}) {{ for (int64_t c = 0; c < {row}; ++c) d[c] = 0.0f; continue; }}\n                const float *restrict src = xp + y * {};",
-            h.input, w.input
-        )
-        .unwrap();
+        ));
+        s.line(format!(
+            "if (y < 0 || y >= {}) {{ for (int64_t c = 0; c < {row}; ++c) d[c] = 0.0f; continue; }}",
+            h.input
+        ));
+        s.line(format!("const float *restrict src = xp + y * {};", w.input));
         // The next task's plane (the next channel: tasks run channel-minor) a row at a time,
         // while this one copies: planes of a page or more each start on a page of their own,
         // where the hardware's prefetchers stop.
         let plane_floats = h.input * w.input;
         if self.prefetch {
-            writeln!(
-                s,
-                "                for (int64_t k = 0; k < {}; k += {CACHE_LINE}) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",
+            s.line(format!(
+                "for (int64_t k = 0; k < {}; k += {CACHE_LINE}) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",
                 w.input * 4
-            )
-            .unwrap();
+            ));
         }
         for k in 0..phases {
             // Phase `k` holds padded columns `phases * c + k`, input columns
@@ -177,46 +165,34 @@ impl PlanePlan {
                 format!("(d + {})", k * pitch)
             };
             if lo > 0 {
-                writeln!(
-                    s,
-                    "                for (int64_t c = 0; c < {lo}; ++c) {d}[c] = 0.0f;"
-                )
-                .unwrap();
+                s.line(format!("for (int64_t c = 0; c < {lo}; ++c) {d}[c] = 0.0f;"));
             }
             if hi > lo {
                 let at = k as i64 + w.offset;
                 if phases == 1 {
-                    writeln!(
-                        s,
-                        "                __builtin_memcpy({d} + {lo}, src + {}, {});",
+                    s.line(format!(
+                        "__builtin_memcpy({d} + {lo}, src + {}, {});",
                         lo + at,
                         (hi - lo) * 4
-                    )
-                    .unwrap();
+                    ));
                 } else {
-                    writeln!(
-                        s,
-                        "                for (int64_t c = {lo}; c < {hi}; ++c) {d}[c] = src[c * {phases} + ({at})];"
-                    )
-                    .unwrap();
+                    s.line(format!(
+                        "for (int64_t c = {lo}; c < {hi}; ++c) {d}[c] = src[c * {phases} + ({at})];"
+                    ));
                 }
             }
             if (hi as usize) < pitch {
-                writeln!(
-                    s,
-                    "                for (int64_t c = {hi}; c < {pitch}; ++c) {d}[c] = 0.0f;"
-                )
-                .unwrap();
+                s.line(format!(
+                    "for (int64_t c = {hi}; c < {pitch}; ++c) {d}[c] = 0.0f;"
+                ));
             }
         }
-        writeln!(s, "            }}").unwrap();
+        s.close("}");
         if self.flat {
-            writeln!(
-                s,
-                "            for (int64_t q = rows_in * {row}; q < rows_in * {row} + {}; ++q) pad[q] = 0.0f;",
+            s.line(format!(
+                "for (int64_t q = rows_in * {row}; q < rows_in * {row} + {}; ++q) pad[q] = 0.0f;",
                 row + MAX_LANES
-            )
-            .unwrap();
+            ));
         }
         // Every output sums its taps in registers; each tap is a load at a constant offset from
         // the output row's first padded row.
@@ -249,88 +225,81 @@ impl PlanePlan {
                 .map(|t| format!("wvv[{t}] * *(const {vt} *)(pad + q + {})", off(t)))
                 .collect::<Vec<_>>()
                 .join(" + ");
-            writeln!(
-                s,
-                "            for (int64_t q = 0; q < rows * {row}; q += {v}) {{\n                const {vt} av = {fsum};\n                *({vt} *)&accs[q] = {value};\n            }}"
-            )
-            .unwrap();
-            writeln!(
-                s,
-                "            for (int64_t y = 0; y < rows; ++y) __builtin_memcpy(b{id} + i0 * {} + i1 * {} + (y0 + y) * {}, accs + y * {row}, {});",
+            s.open(format!(
+                "for (int64_t q = 0; q < rows * {row}; q += {v}) {{"
+            ));
+            s.line(format!("const {vt} av = {fsum};"));
+            s.line(format!("*({vt} *)&accs[q] = {value};"));
+            s.close("}");
+            s.line(format!(
+                "for (int64_t y = 0; y < rows; ++y) __builtin_memcpy(b{id} + i0 * {} + i1 * {} + (y0 + y) * {}, accs + y * {row}, {});",
                 o(0),
                 o(1),
                 o(2),
                 w.out * 4
-            )
-            .unwrap();
-            writeln!(s, "        }}\n    }}\n}}").unwrap();
+            ));
+            s.close("}");
+            s.close("}");
             return;
         }
-        writeln!(
-            s,
-            "            for (int64_t y = 0; y < rows; ++y) {{\n                const int64_t i2 = y0 + y;\n                const float *restrict p = pad + y * {};",
+        s.open("for (int64_t y = 0; y < rows; ++y) {");
+        s.line("const int64_t i2 = y0 + y;");
+        s.line(format!(
+            "const float *restrict p = pad + y * {};",
             h.stride * row
-        )
-        .unwrap();
-        let scalar_loop = |s: &mut String, from: &str| {
-            writeln!(
-                s,
-                "                for ({from}; x3 < {}; ++x3) {{ const int64_t i3 = x3; const float acc = {ssum}; b{id}[{all}] = {fin}; }}",
+        ));
+        let scalar_loop = |s: &mut CWriter, from: &str| {
+            s.line(format!(
+                "for ({from}; x3 < {}; ++x3) {{ const int64_t i3 = x3; const float acc = {ssum}; b{id}[{all}] = {fin}; }}",
                 w.out
-            )
-            .unwrap();
+            ));
         };
         if v == 1 {
             scalar_loop(s, "int64_t x3 = 0");
         } else {
             let overlap = !in_place && !w.out.is_multiple_of(v);
             if overlap {
-                writeln!(
-                    s,
-                    "                for (int64_t c0 = 0; c0 < {}; c0 += {v}) {{\n                    const int64_t x3 = c0 + {v} <= {} ? c0 : {};",
-                    w.out,
+                s.open(format!(
+                    "for (int64_t c0 = 0; c0 < {}; c0 += {v}) {{",
+                    w.out
+                ));
+                s.line(format!(
+                    "const int64_t x3 = c0 + {v} <= {} ? c0 : {};",
                     w.out,
                     w.out - v
-                )
-                .unwrap();
+                ));
             } else {
-                writeln!(
-                    s,
-                    "                int64_t x3 = 0;\n                for (; x3 + {v} <= {}; x3 += {v}) {{",
-                    w.out
-                )
-                .unwrap();
+                s.line("int64_t x3 = 0;");
+                s.open(format!("for (; x3 + {v} <= {}; x3 += {v}) {{", w.out));
             }
-            writeln!(s, "                    const {vt} av = {vsum};").unwrap();
+            s.line(format!("const {vt} av = {vsum};"));
             if vec_fin {
                 let value = match &r.finalize {
                     Some(f) => vector_expr_acc(em, f, 3, "x3", &vt, "av"),
                     None => "av".to_string(),
                 };
                 let base = format!("i0 * {} + i1 * {} + i2 * {}", o(0), o(1), o(2));
-                writeln!(
-                    s,
-                    "                    *({vt} *)&b{id}[{base} + x3] = {value};"
-                )
-                .unwrap();
+                s.line(format!("*({vt} *)&b{id}[{base} + x3] = {value};"));
             } else {
-                writeln!(
-                    s,
-                    "                    float tv[{v}];\n                    *({vt} *)tv = av;\n                    for (int64_t l = 0; l < {v}; ++l) {{ const int64_t i3 = x3 + l; const float acc = tv[l]; b{id}[{all}] = {fin}; }}"
-                )
-                .unwrap();
+                s.line(format!("float tv[{v}];"));
+                s.line(format!("*({vt} *)tv = av;"));
+                s.line(format!(
+                    "for (int64_t l = 0; l < {v}; ++l) {{ const int64_t i3 = x3 + l; const float acc = tv[l]; b{id}[{all}] = {fin}; }}"
+                ));
             }
-            writeln!(s, "                }}").unwrap();
+            s.close("}");
             if !overlap && !w.out.is_multiple_of(v) {
                 scalar_loop(s, "");
             }
         }
-        writeln!(s, "            }}\n        }}\n    }}\n}}").unwrap();
+        s.close("}");
+        s.close("}");
+        s.close("}");
     }
 
     /// The kernel of a channel-blocked plan ([`PlanePlan::chan`]) for a variant of `lanes` f32
     /// lanes: each block of `chan_block` channels is `chan_block / lanes` vectors.
-    fn emit_chan(&self, s: &mut String, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
+    fn emit_chan(&self, s: &mut CWriter, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (h, w) = (self.h, self.w);
@@ -345,39 +314,40 @@ impl PlanePlan {
         let taps = h.taps * w.taps;
         let (ra, rb) = (h.rvar, w.rvar);
         // The padding never changes: zeroed once per call, the interior rewritten per task.
-        writeln!(
-            s,
-            "    float xs[{}], wt[{}];\n    for (int64_t q = 0; q < {}; ++q) xs[q] = 0.0f;",
-            hp * wp * cb,
-            taps * cb,
+        s.line(format!("float xs[{}], wt[{}];", hp * wp * cb, taps * cb));
+        s.line(format!(
+            "for (int64_t q = 0; q < {}; ++q) xs[q] = 0.0f;",
             hp * wp * cb
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "    for (int64_t o = begin; o < end; ++o) {{\n        const int64_t c0 = o % {ncb} * {cb}, i0 = o / {ncb};"
-        )
-        .unwrap();
+        ));
+        s.open("for (int64_t o = begin; o < end; ++o) {");
+        s.line(format!(
+            "const int64_t c0 = o % {ncb} * {cb}, i0 = o / {ncb};"
+        ));
         for k in &self.unit_rvars {
-            writeln!(s, "        const int64_t r{k} = 0;").unwrap();
+            s.line(format!("const int64_t r{k} = 0;"));
         }
         // Every tap's weights of the block's channels, contiguous.
-        writeln!(
-            s,
-            "        for (int64_t l = 0; l < {cb}; ++l) {{\n            const int64_t i1 = c0 + l;\n            for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})\n                for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wt[(r{ra} * {} + r{rb}) * {cb} + l] = {};\n        }}",
-            h.taps,
-            w.taps,
-            w.taps,
-            em.expr(&self.weight)
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "        const float *restrict xp;\n        {{ const int64_t i1 = c0; xp = b{} + {}; }}",
+        s.open(format!("for (int64_t l = 0; l < {cb}; ++l) {{"));
+        s.line("const int64_t i1 = c0 + l;");
+        s.line(format!(
+            "for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})",
+            h.taps
+        ));
+        s.indented(|s| {
+            s.line(format!(
+                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wt[(r{ra} * {} + r{rb}) * {cb} + l] = {};",
+                w.taps,
+                w.taps,
+                em.expr(&self.weight)
+            ))
+        });
+        s.close("}");
+        s.line("const float *restrict xp;");
+        s.line(format!(
+            "{{ const int64_t i1 = c0; xp = b{} + {}; }}",
             self.x,
             em.expr(&self.plane)
-        )
-        .unwrap();
+        ));
         // Input pixel `p` of the plane at padded pixel `(y, x)`, when the window reaches it.
         let at = |p: &str| {
             format!(
@@ -389,25 +359,25 @@ impl PlanePlan {
         };
         // The block's planes into the scratch: `lanes` pixels of `lanes` channels at a time,
         // transposed in registers; the plane's last pixels one channel at a time.
-        writeln!(
-            s,
-            "        for (int64_t p = 0; p + {l} <= {hw}; p += {l})\n            for (int64_t sb = 0; sb < {sv}; ++sb) {{\n                {vt} v[{l}];\n                for (int64_t k = 0; k < {l}; ++k) v[k] = *(const {vt} *)(xp + (sb * {l} + k) * {hw} + p);"
-        )
-        .unwrap();
-        transpose_in_registers(s, l, &vt, "                ");
-        writeln!(
-            s,
-            "                for (int64_t k = 0; k < {l}; ++k) {{ {} *({vt} *)&xs[(y * {wp} + x) * {cb} + sb * {l}] = v[k]; }}\n            }}",
-            at("p + k")
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "        for (int64_t p = {}; p < {hw}; ++p) {{ {} for (int64_t c = 0; c < {cb}; ++c) xs[(y * {wp} + x) * {cb} + c] = xp[c * {hw} + p]; }}",
+        s.line(format!("for (int64_t p = 0; p + {l} <= {hw}; p += {l})"));
+        s.indented(|s| {
+            s.open(format!("for (int64_t sb = 0; sb < {sv}; ++sb) {{"));
+            s.line(format!("{vt} v[{l}];"));
+            s.line(format!(
+                "for (int64_t k = 0; k < {l}; ++k) v[k] = *(const {vt} *)(xp + (sb * {l} + k) * {hw} + p);"
+            ));
+            transpose_in_registers(s, l, &vt);
+            s.line(format!(
+                "for (int64_t k = 0; k < {l}; ++k) {{ {} *({vt} *)&xs[(y * {wp} + x) * {cb} + sb * {l}] = v[k]; }}",
+                at("p + k")
+            ));
+            s.close("}");
+        });
+        s.line(format!(
+            "for (int64_t p = {}; p < {hw}; ++p) {{ {} for (int64_t c = 0; c < {cb}; ++c) xs[(y * {wp} + x) * {cb} + c] = xp[c * {hw} + p]; }}",
             hw / l * l,
             at("p")
-        )
-        .unwrap();
+        ));
         // Outputs: the taps summed along the channels, `lanes` pixels transposed back into a
         // vector per channel; the plane's last pixels through a scratch vector.
         let off = |t: usize| {
@@ -430,23 +400,28 @@ impl PlanePlan {
                 ow = w.out
             )
         };
-        writeln!(
-            s,
-            "        for (int64_t sb = 0; sb < {sv}; ++sb) {{\n            {vt} wv[{taps}];\n            for (int64_t t = 0; t < {taps}; ++t) wv[t] = *(const {vt} *)&wt[t * {cb} + sb * {l}];\n            int64_t q0 = 0;\n            for (; q0 + {l} <= {ohw}; q0 += {l}) {{\n                {vt} v[{l}];\n                for (int64_t k = 0; k < {l}; ++k) {{ {} v[k] = {value}; }}",
+        s.open(format!("for (int64_t sb = 0; sb < {sv}; ++sb) {{"));
+        s.line(format!("{vt} wv[{taps}];"));
+        s.line(format!(
+            "for (int64_t t = 0; t < {taps}; ++t) wv[t] = *(const {vt} *)&wt[t * {cb} + sb * {l}];"
+        ));
+        s.line("int64_t q0 = 0;");
+        s.open(format!("for (; q0 + {l} <= {ohw}; q0 += {l}) {{"));
+        s.line(format!("{vt} v[{l}];"));
+        s.line(format!(
+            "for (int64_t k = 0; k < {l}; ++k) {{ {} v[k] = {value}; }}",
             pixel("q0 + k")
-        )
-        .unwrap();
-        transpose_in_registers(s, l, &vt, "                ");
-        writeln!(
-            s,
-            "                for (int64_t k = 0; k < {l}; ++k) *({vt} *)&b{id}[i0 * {o0} + (c0 + sb * {l} + k) * {o1} + q0] = v[k];\n            }}"
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "            for (; q0 < {ohw}; ++q0) {{ {} float tv[{l}]; *({vt} *)tv = {value}; for (int64_t k = 0; k < {l}; ++k) b{id}[i0 * {o0} + (c0 + sb * {l} + k) * {o1} + q0] = tv[k]; }}\n        }}\n    }}\n}}",
+        ));
+        transpose_in_registers(s, l, &vt);
+        s.line(format!(
+            "for (int64_t k = 0; k < {l}; ++k) *({vt} *)&b{id}[i0 * {o0} + (c0 + sb * {l} + k) * {o1} + q0] = v[k];"
+        ));
+        s.close("}");
+        s.line(format!(
+            "for (; q0 < {ohw}; ++q0) {{ {} float tv[{l}]; *({vt} *)tv = {value}; for (int64_t k = 0; k < {l}; ++k) b{id}[i0 * {o0} + (c0 + sb * {l} + k) * {o1} + q0] = tv[k]; }}",
             pixel("q0")
-        )
-        .unwrap();
+        ));
+        s.close("}");
+        s.close("}");
     }
 }
