@@ -242,48 +242,7 @@ fn plans_of_snippet(path: &Path, source: &str) -> String {
         path.file_stem().unwrap().to_string_lossy()
     ));
     std::fs::create_dir_all(&work).unwrap();
-    // The weights the snippet declares, pseudo-random in [-1, 1).
-    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for line in source.lines() {
-        let Some(decl) = line.strip_prefix("# weights ") else {
-            continue;
-        };
-        for item in decl.split("],") {
-            let (name, dims) = item.split_once(':').unwrap();
-            let dims: Vec<usize> = dims
-                .trim()
-                .trim_matches(|c| c == '[' || c == ']')
-                .split(',')
-                .map(|d| d.trim().parse().unwrap())
-                .collect();
-            let n: usize = dims.iter().product();
-            let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ tensors.len() as u64;
-            let data: Vec<u8> = (0..n)
-                .flat_map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 7;
-                    s ^= s << 17;
-                    (((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0).to_le_bytes()
-                })
-                .collect();
-            tensors.push((name.trim().to_string(), dims, data));
-        }
-    }
-    if !tensors.is_empty() {
-        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-            .iter()
-            .map(|(n, d, b)| {
-                let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, d.clone(), b)
-                    .unwrap();
-                (n.clone(), v)
-            })
-            .collect();
-        safetensors::serialize_to_file(views, &None, &work.join("weights.safetensors")).unwrap();
-    }
-    let found = collage_build::frontend::dsl::parse_source(source, path);
-    assert_eq!(found.len(), 1, "{}: one model! block", path.display());
-    let found = found.into_iter().next().unwrap().unwrap();
-    let g = found.to_graph(&work).unwrap();
+    let g = common::snippet_graph(path, source, &work);
     let opts = Options {
         backends: "c".into(),
         ..Options::default()

@@ -187,3 +187,111 @@ fn cached_plans_apply_and_bad_ones_are_warnings() {
         assert_eq!(c.c_source, plain.c_source, "{bad}");
     }
 }
+
+/// ETO tunes the plans of a model's kernels: the three products below are one family; the
+/// first is dominated by the other two, so it is tuned by reuse (or is their source), and the
+/// whole tuning takes fewer trials than searching every kernel's top plans. The cache records
+/// each kernel's plan, loop nest and provenance; a build reads the plans back, twice the same.
+#[test]
+fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
+    use collage_build::driver::{self, Options};
+    use collage_build::tune::plans::{tune_plans, PlanTuning};
+    let source = "
+        # weights w1: [256, 256], w2: [256, 512], w3: [512, 256]
+        model! {
+            ThreeProducts {
+                input x: f32[64, 256];
+                weights \"weights.safetensors\";
+                output y = relu(relu(relu(x @ w1) @ w2) @ w3);
+            }
+        }";
+    let dir = std::env::temp_dir().join(format!("collage-eto-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = common::snippet_graph(&dir.join("three.plan"), source, &dir);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
+    let c = driver::compile(g.clone(), "three", &opts).unwrap();
+    let budget = MeasureBudget {
+        warmup: 1,
+        min_runs: 3,
+        min_time: Duration::from_millis(1),
+    };
+    let mut cache = CostCache::new();
+    let mut named = Vec::new();
+    let settings = PlanTuning {
+        top_k: 6,
+        ..PlanTuning::default()
+    };
+    let r = tune_plans(
+        &[&c.program],
+        "three",
+        &target,
+        &mut cache,
+        &dir.join("work"),
+        budget,
+        &settings,
+        &mut |_| Ok(()),
+        &mut |what, _, _| named.push(what.to_string()),
+    )
+    .unwrap();
+    assert_eq!(r.kernels, 3, "{r}");
+    assert!(r.reused >= 1 && r.scratch >= 1, "{r}");
+    assert!(r.trials < r.exhaustive_trials, "{r}");
+    assert!(named.iter().any(|n| n.contains("reusing k")), "{named:?}");
+    let entries: Vec<_> = cache.entries_for_target(&target).collect();
+    assert_eq!(entries.len(), 3);
+    for (_, e) in &entries {
+        let tuned = &e.params["tuned"];
+        assert!(
+            tuned.starts_with("searched, ") || tuned.starts_with("reused from k"),
+            "{tuned}"
+        );
+        assert!(
+            e.params["nest"].starts_with("register-blocked"),
+            "{:?}",
+            e.params
+        );
+        assert!(e.params["plan"]
+            .parse::<collage_build::te::PlanChoice>()
+            .is_ok());
+    }
+    // Resuming tunes nothing again.
+    let again = tune_plans(
+        &[&c.program],
+        "three",
+        &target,
+        &mut cache,
+        &dir.join("work"),
+        budget,
+        &settings,
+        &mut |_| Ok(()),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert_eq!((again.kernels, again.trials, again.already), (0, 0, 3));
+    // A build applies the cached plans: each kernel's printed plan is its entry's, and two
+    // builds give the same sources.
+    let with = Options {
+        cache: Some(std::sync::Arc::new(cache.clone())),
+        ..opts.clone()
+    };
+    let a = driver::compile(g.clone(), "three", &with).unwrap();
+    let b = driver::compile(g, "three", &with).unwrap();
+    assert_eq!(a.c_source, b.c_source);
+    assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+    let printed = common::printed_plans(&a.c_source);
+    for k in report::kernels(&a, &target, Some(&cache)) {
+        let plan = &k.measured.as_ref().unwrap().params["plan"];
+        assert!(
+            printed
+                .iter()
+                .any(|(f, t)| f.starts_with(&format!("k{}", k.id)) && t == plan),
+            "k{}: {plan} not printed: {printed:?}",
+            k.id
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -345,9 +345,10 @@ impl Build {
             target,
             cache,
             &out.join("tune"),
+            Some(&crate::tune::plans::PlanTuning::default()),
             evolve.then(|| crate::driver::EvolveSettings::on(self.threads)),
             &mut |c| c.save(path).map_err(Into::into),
-            &mut |_, _| {},
+            &mut |_, _, _| {},
             &mut |_| {},
         )?;
         self.warn(&format!(

@@ -115,6 +115,23 @@ enum Cmd {
         /// Placements per generation of --evolve.
         #[arg(long, default_value_t = 6)]
         population: usize,
+        /// Plans measured for a kernel tuned from scratch (the top of the model's ranking).
+        #[arg(long, default_value_t = 16)]
+        top_k: usize,
+        /// Tune every kernel's plans from scratch (top-k each), with no reuse between kernels:
+        /// the exhaustive baseline ETO is compared with.
+        #[arg(long)]
+        exhaustive: bool,
+        /// Reuse plans between kernels without bridge kernels.
+        #[arg(long)]
+        no_bridges: bool,
+        /// Do not tune plans: measure the default plans only.
+        #[arg(long)]
+        no_plans: bool,
+        /// Stop plan tuning after this many trials (`500`) or seconds (`120s`); the kernels not
+        /// reached keep their default plans, and the next run goes on from there.
+        #[arg(long)]
+        budget: Option<String>,
     },
     /// Cost cache maintenance.
     Cache {
@@ -425,7 +442,37 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             threads,
             generations,
             population,
+            top_k,
+            exhaustive,
+            no_bridges,
+            no_plans,
+            budget,
         } => {
+            let mut plans = collage_build::tune::plans::PlanTuning {
+                top_k: top_k.max(1),
+                reuse: !exhaustive,
+                bridges: !no_bridges,
+                ..Default::default()
+            };
+            match budget.as_deref().map(str::trim) {
+                None => {}
+                Some(b) => match b.strip_suffix('s') {
+                    Some(secs) => {
+                        plans.max_seconds = Some(secs.parse().map_err(|_| {
+                            collage_build::Error::Usage(format!(
+                                "--budget {b}: expected a number of trials (500) or seconds (120s)"
+                            ))
+                        })?)
+                    }
+                    None => {
+                        plans.max_trials = Some(b.parse().map_err(|_| {
+                            collage_build::Error::Usage(format!(
+                                "--budget {b}: expected a number of trials (500) or seconds (120s)"
+                            ))
+                        })?)
+                    }
+                },
+            }
             let target =
                 TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
             let mut cache = if path.exists() {
@@ -463,9 +510,11 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 &target,
                 &mut cache,
                 &work,
+                (!no_plans).then_some(&plans),
                 evolve,
                 &mut |cache| cache.save(&path).map_err(Into::into),
-                &mut |done, total| {
+                &mut |what, done, total| {
+                    bar.set_message(format!("tuning {}: {what}", g.name));
                     bar.set_length(total as u64);
                     bar.set_position(done as u64);
                 },

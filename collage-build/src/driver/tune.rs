@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::ir::Graph;
 use crate::te::{BufId, Program};
 use crate::tune::measure;
+use crate::tune::plans::{tune_plans, PlanReport, PlanTuning};
 use crate::tune::price::{kernel_key, Pricer};
 use crate::tune::{CostCache, Key, TargetFingerprint};
 
@@ -99,8 +100,9 @@ pub fn tune_candidates(
 
 /// Everything `collage tune` measures for `g` (after the pass pipeline): the transition penalty
 /// between every two backends ([`crate::driver::tune_transitions`]), the candidates of every
-/// backend ([`tune_candidates`]), then the kernels of the placement those measurements choose.
-/// Returns how many entries were measured.
+/// backend ([`tune_candidates`]), then the kernels of the placement those measurements choose,
+/// then (with `plans`) those kernels' plans ([`crate::tune::plans::tune_plans`], ETO). Returns
+/// how many entries were measured, and the plan tuning's report.
 #[allow(clippy::too_many_arguments)]
 pub fn tune_model(
     g: &Graph,
@@ -109,21 +111,59 @@ pub fn tune_model(
     cache: &mut CostCache,
     work: &std::path::Path,
     budget: measure::MeasureBudget,
+    plans: Option<&PlanTuning>,
     save: &mut dyn FnMut(&CostCache) -> Result<()>,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<usize> {
-    let t = crate::driver::tune_transitions(opts, target, cache, work, progress)?;
-    if t > 0 {
-        save(cache)?;
-    }
-    let n = tune_candidates(g, opts, target, cache, work, budget, save, progress)?;
-    let chosen = Options {
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<(usize, Option<PlanReport>)> {
+    let (t, n, m) = {
+        let mut kernels = |d: usize, t: usize| progress("measuring kernels", d, t);
+        let t = crate::driver::tune_transitions(opts, target, cache, work, &mut kernels)?;
+        if t > 0 {
+            save(cache)?;
+        }
+        let n = tune_candidates(g, opts, target, cache, work, budget, save, &mut kernels)?;
+        let c = compile_passed(g.clone(), "tune", &chosen_with(opts, cache), target)?;
+        let m = crate::tune::measure::tune_kernels(
+            &c,
+            target,
+            cache,
+            work,
+            budget,
+            save,
+            &mut kernels,
+        )?;
+        (t, n, m)
+    };
+    // The plans of the placement the measurements choose, and of the one the generated code
+    // alone would run (whose tuned plans may win the placement back from a library).
+    let report = match plans {
+        Some(settings) => {
+            let chosen = chosen_with(opts, cache);
+            let mut programs = vec![compile_passed(g.clone(), "tune", &chosen, target)?.program];
+            let offered = backend::select(&opts.backends)?;
+            if offered.len() > 1 && offered.iter().any(|b| b.name() == "c") {
+                let c_only = Options {
+                    backends: "c".to_string(),
+                    ..chosen
+                };
+                programs.push(compile_passed(g.clone(), "tune", &c_only, target)?.program);
+            }
+            let programs: Vec<&Program> = programs.iter().collect();
+            Some(tune_plans(
+                &programs, &g.name, target, cache, work, budget, settings, save, progress,
+            )?)
+        }
+        None => None,
+    };
+    Ok((t + n + m, report))
+}
+
+/// `opts` reading `cache`.
+fn chosen_with(opts: &Options, cache: &CostCache) -> Options {
+    Options {
         cache: Some(Arc::new(cache.clone())),
         ..opts.clone()
-    };
-    let c = compile_passed(g.clone(), "tune", &chosen, target)?;
-    let m = crate::tune::measure::tune_kernels(&c, target, cache, work, budget, save, progress)?;
-    Ok(t + n + m)
+    }
 }
 
 /// What `collage tune` and `COLLAGE_TUNE` builds do after measuring: nothing, or refine the
@@ -155,6 +195,8 @@ impl EvolveSettings {
 pub struct TuneReport {
     /// Cache entries measured (kernels, candidates, transition penalties).
     pub measured: usize,
+    /// The plan tuning (ETO), when asked for.
+    pub plans: Option<PlanReport>,
     /// The end-to-end refinement, when asked for, with its thread count.
     pub evolution: Option<(usize, super::Evolution)>,
 }
@@ -162,6 +204,9 @@ pub struct TuneReport {
 impl std::fmt::Display for TuneReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "measured {} entries", self.measured)?;
+        if let Some(p) = &self.plans {
+            write!(f, "; {p}")?;
+        }
         if let Some((threads, r)) = &self.evolution {
             let list = |v: &[(String, f64)]| -> String {
                 v.iter()
@@ -185,9 +230,10 @@ impl std::fmt::Display for TuneReport {
 }
 
 /// The one tuning entry point, shared by `collage tune` and `COLLAGE_TUNE` builds: measures
-/// what `g` (after the pass pipeline) needs into `cache` ([`tune_model`], saved through `save`
-/// after each step, so a run is resumable), then with `evolve` refines its placement end to
-/// end ([`super::evolve_model`]) and saves again. `work` is removed either way.
+/// what `g` (after the pass pipeline) needs into `cache` and tunes its kernels' plans with
+/// `plans` ([`tune_model`], saved through `save` after each step, so a run is resumable), then
+/// with `evolve` refines its placement end to end ([`super::evolve_model`]) and saves again.
+/// `progress(what, done, total)` follows the measurements. `work` is removed either way.
 #[allow(clippy::too_many_arguments)]
 pub fn tune_graph(
     g: &Graph,
@@ -195,18 +241,20 @@ pub fn tune_graph(
     target: &TargetFingerprint,
     cache: &mut CostCache,
     work: &std::path::Path,
+    plans: Option<&PlanTuning>,
     evolve: Option<EvolveSettings>,
     save: &mut dyn FnMut(&CostCache) -> Result<()>,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(&str, usize, usize),
     log: &mut dyn FnMut(&str),
 ) -> Result<TuneReport> {
     let run = |cache: &mut CostCache,
                save: &mut dyn FnMut(&CostCache) -> Result<()>,
-               progress: &mut dyn FnMut(usize, usize),
+               progress: &mut dyn FnMut(&str, usize, usize),
                log: &mut dyn FnMut(&str)|
      -> Result<TuneReport> {
         let budget = measure::default_budget();
-        let measured = tune_model(g, opts, target, cache, work, budget, save, progress)?;
+        let (measured, plans) =
+            tune_model(g, opts, target, cache, work, budget, plans, save, progress)?;
         save(cache)?;
         let evolution = match evolve {
             Some(e) => {
@@ -219,6 +267,7 @@ pub fn tune_graph(
         };
         Ok(TuneReport {
             measured,
+            plans,
             evolution,
         })
     };

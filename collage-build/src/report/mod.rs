@@ -360,7 +360,7 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
     writeln!(out, "model {model}: {} kernels", ks.len()).unwrap();
     writeln!(
         out,
-        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  plan (AVX-512)",
+        "{:>5}  {:<28} {:<16} {:<22} {:>12} {:>12} {:>12}  plan (AVX-512) [how it was tuned]",
         "id", "kernel (last node)", "plan", "output", "work", "est. us", "measured us"
     )
     .unwrap();
@@ -394,6 +394,10 @@ pub fn render_text(model: &str, ks: &[KernelReport]) -> String {
             k.estimate_us,
             m,
             k.plan.as_ref().map_or("-".to_string(), |p| p.to_string())
+                + &k.measured
+                    .as_ref()
+                    .and_then(|e| e.params.get("tuned"))
+                    .map_or(String::new(), |t| format!(" [{t}]"))
         )
         .unwrap();
     }

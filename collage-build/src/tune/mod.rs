@@ -8,7 +8,9 @@
 //! The file format is documented in [`cache`].
 
 pub mod cache;
+pub mod eto;
 pub mod measure;
+pub mod plans;
 pub mod price;
 
 pub use cache::{
