@@ -117,3 +117,10 @@ fn vit_matches_onnx_runtime() {
 fn dbnet_matches_onnx_runtime() {
     check("dbnet");
 }
+
+// A CNN of many similar layers (`tests/support/cnn_models.py`): 3x3 convolutions growing by 16
+// channels a layer, the model ETO's plan reuse is measured on.
+#[test]
+fn convtower_matches_onnx_runtime() {
+    check("convtower");
+}

@@ -7,7 +7,8 @@ weights (He-initialised, fixed seeds), beside the benchmark models of ../shared/
 
 writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3, mobilenetv2,
 vit (a ViT-style encoder of our own: 16x16 patches, class token, pre-LN blocks) and dbnet (a
-DBNet-style text detector of our own: FPN with Resize, ConvTranspose head; 320x480) (the same
+DBNet-style text detector of our own: FPN with Resize, ConvTranspose head; 320x480) and
+convtower (a CNN of our own whose 3x3 convolutions grow by 16 channels a layer) (the same
 layout as the shared benchmark models, so ort_reference.py, ort_bench.py, tests/models.rs and
 bench_compare.py read them the same way).
 """
@@ -220,10 +221,31 @@ def build_dbnet():
     return b.finish("input", DBNET_INPUT, "output", [1, 1] + DBNET_INPUT[2:])
 
 
+def build_convtower():
+    """A CNN of our own with many similar layers (what ETO's reuse is for): a stride-2 stem,
+    then 3x3 convolutions whose channels grow by 16 at 56x56 (32 to 128) and at 28x28 (128 to
+    192, the first with stride 2), each with its bias and ReLU, global pooling and a classifier
+    over 100 classes. Every convolution's loop nest dominates the one before it."""
+    b = Builder("convtower", seed=27)
+    x = conv_act(b, "input", 3, 32, 3, stride=2)
+    x = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    for cin in range(32, 128, 16):
+        x = conv_act(b, x, cin, cin + 16, 3)
+    for i, cin in enumerate(range(128, 192, 16)):
+        x = conv_act(b, x, cin, cin + 16, 3, stride=2 if i == 0 else 1)
+    x = b.op("GlobalAveragePool", [x])
+    x = b.op("Flatten", [x], axis=1)
+    w = b.init(b.randn((192, 100), np.sqrt(1.0 / 192)), "fc_w")
+    bias = b.init(b.randn((100,), 0.01), "fc_b")
+    b.op("Gemm", [x, w, bias])
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", [1, 3, 224, 224], "output", [1, 100])
+
+
 os.makedirs(OUT, exist_ok=True)
 for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobilenetv3),
                     ("mobilenetv2", build_mobilenetv2), ("vit", build_vit),
-                    ("dbnet", build_dbnet)]:
+                    ("dbnet", build_dbnet), ("convtower", build_convtower)]:
     model = build()
     model.opset_import[0].version = OPSET
     model.ir_version = 9
