@@ -196,18 +196,8 @@ fn cached_plans_apply_and_bad_ones_are_warnings() {
 fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
     use collage_build::driver::{self, Options};
     use collage_build::tune::plans::{tune_plans, PlanTuning};
-    let source = "
-        # weights w1: [256, 256], w2: [256, 512], w3: [512, 256]
-        model! {
-            ThreeProducts {
-                input x: f32[64, 256];
-                weights \"weights.safetensors\";
-                output y = relu(relu(relu(x @ w1) @ w2) @ w3);
-            }
-        }";
     let dir = std::env::temp_dir().join(format!("collage-eto-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let g = common::snippet_graph(&dir.join("three.plan"), source, &dir);
+    let g = three_products(&dir);
     let opts = Options {
         backends: "c".into(),
         ..Options::default()
@@ -292,6 +282,109 @@ fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
             "k{}: {plan} not printed: {printed:?}",
             k.id
         );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three products of one family (each with a ReLU): 64x256 @ 256x256, then @ 256x512, then
+/// @ 512x256; weights written to `dir`.
+fn three_products(dir: &std::path::Path) -> collage_build::ir::Graph {
+    let source = "
+        # weights w1: [256, 256], w2: [256, 512], w3: [512, 256]
+        model! {
+            ThreeProducts {
+                input x: f32[64, 256];
+                weights \"weights.safetensors\";
+                output y = relu(relu(relu(x @ w1) @ w2) @ w3);
+            }
+        }";
+    std::fs::create_dir_all(dir).unwrap();
+    common::snippet_graph(&dir.join("three.plan"), source, dir)
+}
+
+/// The test hook that tunes a narrower vector variant's plans on a wider machine: for every
+/// variant this machine runs, the plans are tuned with that variant forced (`Isa::defines`),
+/// recorded under a fingerprint of a machine with that variant, applied by a build for it, and
+/// the model forced onto that variant computes what the untuned build computes.
+#[test]
+fn every_vector_variants_plans_are_tuned_and_checked_here() {
+    use collage_build::driver::{self, Options};
+    use collage_build::te::Isa;
+    use collage_build::tune::plans::{host_isa, tune_plans, PlanTuning};
+    let dir = std::env::temp_dir().join(format!("collage-isa-test-{}", std::process::id()));
+    let g = three_products(&dir);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let budget = MeasureBudget {
+        warmup: 1,
+        min_runs: 3,
+        min_time: Duration::from_millis(1),
+    };
+    let untuned = driver::compile(g.clone(), "three", &opts).unwrap();
+    let mut h = measure::build_model(&untuned, &dir.join("untuned"), "-O2").unwrap();
+    h.run(&collage_runtime::Executor::Serial);
+    let want = h.output(0);
+    let host = host_isa();
+    let cc = collage_build::toolchain::c_compiler_version();
+    for isa in Isa::ALL.into_iter().filter(|&i| i >= host) {
+        let features: &[&str] = match isa {
+            Isa::Avx512 => &["avx2", "avx512f", "fma"],
+            Isa::Avx2 => &["avx2", "fma"],
+            Isa::Base => &[],
+        };
+        let target = TargetFingerprint::new(
+            std::env::consts::ARCH,
+            features.iter().copied(),
+            &cc,
+            collage_build::tune::TUNER_VERSION,
+        );
+        let mut cache = CostCache::new();
+        let settings = PlanTuning {
+            top_k: 4,
+            isa: Some(isa),
+            ..PlanTuning::default()
+        };
+        let r = tune_plans(
+            &[&untuned.program],
+            "three",
+            &target,
+            &mut cache,
+            &dir.join(isa.name()),
+            budget,
+            &settings,
+            &mut |_| Ok(()),
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.kernels, 3, "{isa}: {r}");
+        // The recorded plans are the variant's: its vectors' lanes.
+        let lanes = format!("x{} ", isa.lanes());
+        for (_, e) in cache.entries_for_target(&target) {
+            assert!(e.params["plan"].contains(&lanes), "{isa}: {:?}", e.params);
+        }
+        // A build for that machine applies them; forced onto the variant, it computes what the
+        // untuned build does.
+        let with = Options {
+            cache: Some(std::sync::Arc::new(cache)),
+            target: Some(target.clone()),
+            ..opts.clone()
+        };
+        let c = driver::compile(g.clone(), "three", &with).unwrap();
+        assert!(c.warnings.is_empty(), "{isa}: {:?}", c.warnings);
+        let mut h =
+            measure::build_model_with(&c, &dir.join(isa.name()), "-O2", isa.defines()).unwrap();
+        h.run(&collage_runtime::Executor::Serial);
+        let got = h.output(0);
+        let (a, b) = (got.to_f32(), want.to_f32());
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-3 * (1.0 + y.abs()),
+                "{isa}: element {i}: {x} vs {y}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

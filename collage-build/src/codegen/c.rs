@@ -348,12 +348,16 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         w.emit_entry(out.text_mut());
     }
     // Preprocessor lines start their line, inside the function too.
+    // `CL_NO_AVX512` (`CL_NO_AVX2`) skips a variant: a test or a tuning run forces a narrower
+    // one on a wider machine (`Isa::defines`).
     out.raw("#ifdef CL_DISPATCH\n");
     for (isa, _, cond) in VARIANTS {
+        out.raw(&format!("#ifndef CL_NO_{}\n", isa.name().to_uppercase()));
         out.open(format!("if ({cond}) {{"));
         out.line(format!("run{}(rt, A, W, I);", isa.suffix()));
         out.line("return;");
         out.close("}");
+        out.raw("#endif\n");
     }
     out.raw("#endif\n");
     out.line("run(rt, A, W, I);");

@@ -320,6 +320,33 @@ fn host_isa() -> VectorIsa {
     VectorIsa::Baseline
 }
 
+/// The vendor of the machine this process runs on, from `cpuid` (`GenuineIntel`,
+/// `AuthenticAMD`); empty elsewhere. The pricer's calibration differs by vendor: the same
+/// libraries and generated code rank differently on Intel and AMD cores.
+pub fn host_vendor() -> &'static str {
+    static VENDOR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VENDOR.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: cpuid leaf 0 exists on every x86-64 processor (the intrinsic is safe
+            // from Rust 1.87; the project supports 1.85).
+            #[allow(unused_unsafe)]
+            let r = unsafe { std::arch::x86_64::__cpuid(0) };
+            let bytes: Vec<u8> = [r.ebx, r.edx, r.ecx]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            String::from_utf8_lossy(&bytes)
+                .trim_end_matches('\0')
+                .to_string()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            String::new()
+        }
+    })
+}
+
 /// Cache sizes read from one CPU's sysfs cache directory.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Caches {

@@ -9,7 +9,7 @@
 //! analyses that fill them in are the scheduling room's.
 use std::fmt;
 
-use super::Expr;
+use super::{BufId, Expr, Src};
 
 /// An instruction-set variant the C emitter compiles every generated stage for: x86-64 builds
 /// get all three, chosen at run time; other targets the baseline.
@@ -64,6 +64,17 @@ impl Isa {
         match self {
             Isa::Avx512 => 32,
             Isa::Avx2 | Isa::Base => 16,
+        }
+    }
+
+    /// The preprocessor symbols that make the generated code dispatch to this variant on a
+    /// machine that has a wider one (`CL_NO_AVX512`, and for the baseline
+    /// `COLLAGE_NO_DISPATCH`): how a test or a tuning run checks a narrower variant's plans.
+    pub fn defines(self) -> &'static [&'static str] {
+        match self {
+            Isa::Avx512 => &[],
+            Isa::Avx2 => &["CL_NO_AVX512"],
+            Isa::Base => &["COLLAGE_NO_DISPATCH"],
         }
     }
 
@@ -165,6 +176,80 @@ impl KernelPlan {
             KernelPlan::Gemm(g) => Some(g.vecs * g.lanes),
             _ => None,
         }
+    }
+
+    /// The plan with every buffer it names renumbered by `f`. A plan names its stage's
+    /// operands by buffer id, as the stage's body does: the guards of injective, window and
+    /// row plans (their bounds and their guarded value), a register-blocked plan's prefetched
+    /// loads, a depthwise plan's input, plane and weight. So a stage whose operands are
+    /// renumbered (a kernel cut out of its program into a program of its own) plans to its
+    /// plan renumbered the same way, and only so: compare the two after this, not before.
+    /// The expressions are rebuilt node for node, not simplified (unlike [`Expr::map_src`]):
+    /// a planner builds some of them unsimplified, and the plan of the renumbered stage keeps
+    /// them so.
+    pub fn map_bufs(&self, f: &dyn Fn(BufId) -> BufId) -> KernelPlan {
+        let e = |x: &Expr| rename_bufs(x, f);
+        let window = |w: &Window| Window {
+            bounds: w
+                .bounds
+                .iter()
+                .map(|b| Bound {
+                    num: e(&b.num),
+                    ..b.clone()
+                })
+                .collect(),
+            invariant: w.invariant.iter().map(e).collect(),
+            value: e(&w.value),
+        };
+        match self {
+            KernelPlan::Injective(i) => KernelPlan::Injective(InjectivePlan {
+                guard: i.guard.as_ref().map(window),
+                ..i.clone()
+            }),
+            KernelPlan::Window(w) => KernelPlan::Window(WindowPlan {
+                window: window(&w.window),
+                ..w.clone()
+            }),
+            KernelPlan::Plain(x) => KernelPlan::Plain(x.clone()),
+            KernelPlan::Row(r) => KernelPlan::Row(RowPlan {
+                guard: r.guard.as_ref().map(|g| Guard {
+                    lo: g.lo.iter().map(e).collect(),
+                    hi: g.hi.iter().map(e).collect(),
+                    hoisted: g.hoisted.iter().map(e).collect(),
+                    value: e(&g.value),
+                }),
+                ..r.clone()
+            }),
+            KernelPlan::Gemm(g) => KernelPlan::Gemm(GemmPlan {
+                prefetch: g.prefetch.iter().map(e).collect(),
+                ..g.clone()
+            }),
+            KernelPlan::Plane(x) => KernelPlan::Plane(PlanePlan {
+                x: f(x.x),
+                plane: e(&x.plane),
+                weight: e(&x.weight),
+                ..x.clone()
+            }),
+            KernelPlan::Channel(c) => KernelPlan::Channel(c.clone()),
+        }
+    }
+}
+
+/// `e` with every `Src::Buf(b)` it loads from renamed `Src::Buf(f(b))`, node for node.
+fn rename_bufs(e: &Expr, f: &dyn Fn(BufId) -> BufId) -> Expr {
+    let src = |s: Src| match s {
+        Src::Buf(b) => Src::Buf(f(b)),
+        s => s,
+    };
+    let sub = |x: &Expr| Box::new(rename_bufs(x, f));
+    match e {
+        Expr::Load(s, idx) => Expr::Load(src(*s), idx.iter().map(|i| rename_bufs(i, f)).collect()),
+        Expr::LoadFlat(s, i) => Expr::LoadFlat(src(*s), sub(i)),
+        Expr::Un(op, a) => Expr::Un(*op, sub(a)),
+        Expr::Cast(d, a) => Expr::Cast(*d, sub(a)),
+        Expr::Bin(op, a, b) => Expr::Bin(*op, sub(a), sub(b)),
+        Expr::Select(c, a, b) => Expr::Select(sub(c), sub(a), sub(b)),
+        Expr::Var(_) | Expr::RVar(_) | Expr::Acc | Expr::Const(_) => e.clone(),
     }
 }
 

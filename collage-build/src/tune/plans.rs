@@ -25,7 +25,7 @@ use std::time::Instant;
 use collage_runtime::Executor;
 
 use super::eto::{self, Nest, Source};
-use super::measure::{self, build_kernel_set, kernel_program, MeasureBudget, Measurement};
+use super::measure::{self, build_kernel_set_with, kernel_program, MeasureBudget, Measurement};
 use super::price::kernel_key;
 use super::{CostCache, Entry, Key, TargetFingerprint};
 use crate::error::{Error, Result};
@@ -48,6 +48,11 @@ pub struct PlanTuning {
     pub max_trials: Option<usize>,
     /// Stop after this many seconds (likewise).
     pub max_seconds: Option<f64>,
+    /// Tune the plans of this vector variant instead of the machine's (a narrower one: the
+    /// kernels are measured with `Isa::defines`): a test hook, so that every variant's plans
+    /// are tuned and checked on the widest machine. Record them under a fingerprint of a
+    /// machine with that variant.
+    pub isa: Option<Isa>,
 }
 
 impl Default for PlanTuning {
@@ -59,6 +64,7 @@ impl Default for PlanTuning {
             bridges: true,
             max_trials: None,
             max_seconds: None,
+            isa: None,
         }
     }
 }
@@ -418,7 +424,14 @@ pub fn tune_plans(
     let start = Instant::now();
     let target = Target::for_build();
     let cpu = target.host_cpu().into_owned();
-    let isa = host_isa();
+    let host = host_isa();
+    let isa = settings.isa.unwrap_or(host);
+    if isa < host {
+        return Err(Error::Usage(format!(
+            "cannot tune the {isa} variant's plans on a machine whose widest variant is {host}"
+        )));
+    }
+    let defines = if isa == host { &[][..] } else { isa.defines() };
     let mut report = PlanReport::default();
     // The kernels: generated, outside groups, one per key.
     let mut nodes: Vec<Node> = Vec::new();
@@ -624,7 +637,7 @@ pub fn tune_plans(
         for batch in trials.chunks(48) {
             let items: Vec<(&Program, BufId)> =
                 batch.iter().map(|(_, _, t, id)| (t, *id)).collect();
-            let mut hs = build_kernel_set(&items, work, "-O3")?;
+            let mut hs = build_kernel_set_with(&items, work, "-O3", defines)?;
             for ((v, c, _, _), h) in batch.iter().zip(hs.iter_mut()) {
                 let m = h.time(&exec, &budget);
                 results.entry(*v).or_default().push((*c, m));
