@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use collage_build::codegen::{self, Place};
+use collage_build::codegen::{self, Location};
 use collage_build::driver::{self, Options};
 use collage_build::te::{BufKind, Isa, PlanChoice};
 use collage_build::tune::cache::TargetFingerprint;
@@ -73,13 +73,13 @@ fn check(name: &str, model: &Path) {
         "# kernel plans of the generated stages (AVX-512, 16 f32 lanes)\n{}",
         plan_lines(p)
     );
-    let (places, weights, size) = codegen::place(p);
+    let (places, weights, size) = codegen::locate(p);
     let mut arena = format!(
         "# arena {size} bytes, weights {} bytes: [first, last) byte of every stage\n",
         weights.len()
     );
     for (k, place) in places.iter().enumerate() {
-        if let Place::Arena(off) = place {
+        if let Location::Arena(off) = place {
             let bytes = p.arena_bytes(k as u32);
             writeln!(arena, "b{k} [{off}, {})", off + bytes).unwrap();
         }

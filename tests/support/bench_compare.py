@@ -15,7 +15,8 @@ Usage (after .ci/run or the README's setup, from the repository root):
 Tunes `target/bench/caches/<model>.toml` first when missing (`collage tune`), then refines the
 placement end to end for 1 and 2 threads (`collage tune --evolve --threads N`) when the cache has no
 record for them; `collage bench --threads N` uses the record for N. Every variant is measured in
-ROUNDS (default 3) rounds of SECONDS_PER_RUN (default 1) seconds, in rotated order (EVOLVE=0: no
+ROUNDS (default 3) rounds of SECONDS_PER_RUN (default 1) seconds on THREADS (default `1,2`), in
+rotated order (EVOLVE=0: no
 end-to-end refinement, the tuned builds use the per-kernel measurements only), and reported as
 the lowest of its round medians. Compiled libraries are reused between rounds (`COLLAGE_CC_CACHE`,
 default `target/bench/cc-cache`). Prints Markdown tables of medians (ms) with the ratio ORT /
@@ -35,6 +36,7 @@ bench_dir = "target/bench"
 shared = os.environ.get("SHARED", "../shared")
 seconds = os.environ.get("SECONDS_PER_RUN", "1")
 rounds = int(os.environ.get("ROUNDS", "3"))
+thread_counts = [int(t) for t in os.environ.get("THREADS", "1,2").split(",")]
 env = dict(os.environ, BENCH_DIR=bench_dir)
 os.environ.setdefault("COLLAGE_CC_CACHE", f"{bench_dir}/cc-cache")
 collage = "target/release/collage"
@@ -53,8 +55,8 @@ variants = tuned + untuned
 subprocess.run([sys.executable, f"{shared}/bench/ort_bench.py", "--out", f"{bench_dir}/ort.json", *models],
                check=True, env=env, stdout=subprocess.DEVNULL)
 ort = json.load(open(f"{bench_dir}/ort.json"))["models"]
-tables = {1: [], 2: []}
-untuned_tables = {1: [], 2: []}
+tables = {t: [] for t in thread_counts}
+untuned_tables = {t: [] for t in thread_counts}
 analytic = []
 additive = []
 evolve_log = []
@@ -63,14 +65,14 @@ for m in models:
     cache = f"{bench_dir}/caches/{m}.toml"
     if not os.path.exists(cache):
         subprocess.run([collage, "tune", model, "--cache", cache], check=True, stdout=subprocess.DEVNULL)
-    for t in (1, 2):
+    for t in thread_counts:
         # The end-to-end refinement per thread count (`collage tune --evolve`), once per cache
         # (EVOLVE=0 skips it: "tuned" then means the per-kernel measurements only).
         if os.environ.get("EVOLVE", "1") != "0" and f", {t} thread(s)\"" not in open(cache).read():
             out = subprocess.run([collage, "tune", model, "--cache", cache, "--evolve", "--threads", str(t)],
                                  check=True, capture_output=True, text=True).stdout
             evolve_log.append(f"- {m}: {out.strip().splitlines()[-1]}")
-    for t in (1, 2):
+    for t in thread_counts:
         # Rounds with the variants in rotated order; each variant's figure is the lowest of its
         # round medians (identical programs measured minutes apart differ by up to ~10% here).
         times = {}
@@ -92,7 +94,7 @@ for m in models:
         cells = " | ".join(f"{times[k]:.3f}" for k, _, _ in untuned)
         untuned_tables[t].append(f"| {m} | {o:.3f} | {cells} | {o / u:.2f} | {u / times['full']:.2f} | "
                                  f"{best_greedy / u:.2f} |")
-        if t == 1:
+        if t == thread_counts[0]:
             text = subprocess.run([collage, "explain", model, "--cache", cache], check=True, capture_output=True,
                                   text=True).stdout
             k = re.search(r"measured ([0-9.]+) us over (\d+) of (\d+) kernels", text)
@@ -105,7 +107,7 @@ for m in models:
             if k:
                 a = float(k.group(1)) / 1e3
                 analytic.append(f"| {m} | {a:.3f} | {u:.3f} | {a / u:.2f} | {o:.3f} |")
-for t in (1, 2):
+for t in thread_counts:
     print(f"\n{t} thread(s), tuned (cost cache), medians in ms:\n")
     print("| model | ORT | " + " | ".join(k for k, _, _ in tuned) + " | ORT/full | best baseline/full |")
     print("| --- | ---: | " + " | ".join("---:" for _ in tuned) + " | ---: | ---: |")

@@ -9,7 +9,7 @@
 use crate::error::{Error, Result};
 use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
-use crate::schedule::Place;
+use crate::schedule::Location;
 pub use crate::te::BackendId;
 use crate::te::{Expr, Program, Stage};
 
@@ -80,7 +80,13 @@ pub trait WindowCalls {
     fn emit_unit(&self, out: &mut String);
     /// Defines `static void {fname}(const collage_rt *rt, collage_ctx *ctx)` computing window
     /// stage `id`; returns what of its finalize the call does not take (run in place after it).
-    fn emit_call(&self, out: &mut String, places: &[Place], id: u32, fname: &str) -> Option<Expr>;
+    fn emit_call(
+        &self,
+        out: &mut String,
+        places: &[Location],
+        id: u32,
+        fname: &str,
+    ) -> Option<Expr>;
     /// What of window stage `id`'s finalize its call does not take (what
     /// [`emit_call`](WindowCalls::emit_call) returns), for the plan of its in-place epilogue.
     fn epilogue(&self, id: u32) -> Option<Expr>;

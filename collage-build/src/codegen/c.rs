@@ -6,7 +6,7 @@
 use crate::ir::{strides, DType};
 use crate::schedule::analysis::{is_vector, split_body, vectorizable};
 use crate::schedule::plan::CACHE_LINE;
-pub use crate::schedule::Place;
+pub use crate::schedule::Location;
 use crate::te::{
     BinOp, Bound, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall, PlainPlan,
     Program, RedOp, RowPlan, Scalar, Src, Stage, UnOp, Window, PANEL,
@@ -290,7 +290,7 @@ const VARIANTS: &[(Isa, &str, &str)] = &[
 /// Emits the C translation unit for `p`; `places` gives every buffer's location.
 ///
 /// Define `COLLAGE_NO_DISPATCH` when compiling to build only the baseline variant.
-pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String {
+pub fn emit(p: &Program, places: &[Location], symbol: &str, header: &str) -> String {
     let mut out = CWriter::new();
     out.line(format!("/* {header} */"));
     out.raw(PRELUDE);
@@ -335,10 +335,12 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
     out.line("");
     out.line("#ifdef CL_DISPATCH");
     for (isa, target, _) in VARIANTS {
+        out.line(format!("#ifndef CL_NO_{}", isa.name().to_uppercase()));
         out.line("#pragma GCC push_options");
         out.line(format!("#pragma GCC target(\"{target}\")"));
         emit_variant(&mut out, p, places, *isa, &windows, symbol);
         out.line("#pragma GCC pop_options");
+        out.line("#endif");
     }
     out.line("#endif");
     emit_variant(&mut out, p, places, Isa::Base, &windows, symbol);
@@ -348,8 +350,9 @@ pub fn emit(p: &Program, places: &[Place], symbol: &str, header: &str) -> String
         w.emit_entry(out.text_mut());
     }
     // Preprocessor lines start their line, inside the function too.
-    // `CL_NO_AVX512` (`CL_NO_AVX2`) skips a variant: a test or a tuning run forces a narrower
-    // one on a wider machine (`Isa::defines`).
+    // `CL_NO_AVX512` (`CL_NO_AVX2`) leaves a variant out: a test or a tuning run forces a
+    // narrower one on a wider machine (`Isa::defines`), and measurements compile only the
+    // variant the machine runs (`Isa::only`).
     out.raw("#ifdef CL_DISPATCH\n");
     for (isa, _, cond) in VARIANTS {
         out.raw(&format!("#ifndef CL_NO_{}\n", isa.name().to_uppercase()));
@@ -394,7 +397,7 @@ type Windows<'a> = Option<(
 /// The arena ranges (offset, bytes) stage `id` reads and writes, sorted: its own buffer and the
 /// arena buffers its body and finalize load, with a group's producer's for its consumer (one task
 /// runs both). What `CL_LIVE` leaves unpoisoned in a sanitised build.
-fn live_ranges(p: &Program, places: &[Place], id: u32) -> Vec<(usize, usize)> {
+fn live_ranges(p: &Program, places: &[Location], id: u32) -> Vec<(usize, usize)> {
     let reads = |b: u32| p.stage(b).expect("a stage").reads();
     let mut bufs: Vec<u32> = std::iter::once(id).chain(reads(id)).collect();
     if let Some(g) = p.groups.iter().find(|g| g.consumer == id) {
@@ -404,7 +407,7 @@ fn live_ranges(p: &Program, places: &[Place], id: u32) -> Vec<(usize, usize)> {
     let mut ranges: Vec<(usize, usize)> = bufs
         .into_iter()
         .filter_map(|b| match places[b as usize] {
-            Place::Arena(o) => Some((o, p.arena_bytes(b))),
+            Location::Arena(o) => Some((o, p.arena_bytes(b))),
             _ => None,
         })
         .collect();
@@ -414,12 +417,12 @@ fn live_ranges(p: &Program, places: &[Place], id: u32) -> Vec<(usize, usize)> {
 }
 
 /// The bytes of the arena `places` use (the end of its last buffer).
-fn arena_end(p: &Program, places: &[Place]) -> usize {
+fn arena_end(p: &Program, places: &[Location]) -> usize {
     places
         .iter()
         .enumerate()
         .filter_map(|(b, pl)| match pl {
-            Place::Arena(o) => Some(o + p.arena_bytes(b as u32)),
+            Location::Arena(o) => Some(o + p.arena_bytes(b as u32)),
             _ => None,
         })
         .max()
@@ -435,7 +438,7 @@ fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
 fn emit_variant(
     out: &mut CWriter,
     p: &Program,
-    places: &[Place],
+    places: &[Location],
     isa: Isa,
     windows: &Windows,
     symbol: &str,
@@ -504,7 +507,7 @@ fn emit_variant(
             .iter()
             .find(|g| g.producer == id || g.consumer == id)
         {
-            let Place::Arena(slots_at) = places[g.producer as usize] else {
+            let Location::Arena(slots_at) = places[g.producer as usize] else {
                 panic!("group producer {} is not in the arena", g.producer)
             };
             let m = Member {
@@ -635,7 +638,7 @@ fn stage_plan<'p>(p: &'p Program, id: u32, st: &Stage, isa: Isa) -> &'p KernelPl
 fn emit_stage(
     out: &mut CWriter,
     p: &Program,
-    places: &[Place],
+    places: &[Location],
     id: u32,
     st: &Stage,
     plan: &KernelPlan,
@@ -695,14 +698,14 @@ fn emit_stage(
             );
         }
         match places[b as usize] {
-            Place::Input(i) => {
+            Location::Input(i) => {
                 format!("const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
             }
-            Place::Weight(o) => {
+            Location::Weight(o) => {
                 format!("const {ty} *restrict b{b} = (const {ty} *)(ctx->W + {o});")
             }
-            Place::Arena(o) => format!("{q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {o});"),
-            Place::None => panic!("stage {id} reads dead buffer {b}"),
+            Location::Arena(o) => format!("{q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {o});"),
+            Location::None => panic!("stage {id} reads dead buffer {b}"),
         }
     };
     for s in &srcs {

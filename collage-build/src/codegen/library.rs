@@ -8,7 +8,7 @@
 //! runtime's, whatever the library.
 use super::writer::CWriter;
 use crate::ir::DType;
-use crate::schedule::{buf_ptr, Place};
+use crate::schedule::{buf_ptr, Location};
 use crate::te::{BinOp, Expr, Program, RedOp, Src, Stage};
 
 /// An index expression as `c + r * RVar(0) + sum(vars[k] * Var(k))`.
@@ -291,7 +291,7 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
 /// preceded by `{fname}_off`, the batch offsets of its operands.
 pub fn emit_gemm(
     out: &mut CWriter,
-    places: &[Place],
+    places: &[Location],
     id: u32,
     g: &GemmCall,
     backend: crate::backend::BackendId,
@@ -304,7 +304,7 @@ pub fn emit_gemm(
         .and_then(|b| b.gemm_fn())
         .unwrap_or_else(|| panic!("backend {backend} places GEMMs but names no GEMM function"));
     let ptr = |b: u32| buf_ptr(places, b);
-    let Place::Arena(co) = places[id as usize] else {
+    let Location::Arena(co) = places[id as usize] else {
         panic!("GEMM stage {id} is not in the arena")
     };
     let nb: usize = g.batch.iter().product();

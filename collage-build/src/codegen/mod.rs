@@ -14,7 +14,7 @@ use crate::ops::LowerCx;
 use crate::schedule::{plan_arena, LiveRange};
 use crate::target::Target;
 use crate::te::{self, BufId, BufKind, Program, Src, Stage};
-pub use c::Place;
+pub use c::Location;
 
 /// A model input or output as seen by the generated code.
 #[derive(Clone, Debug, PartialEq)]
@@ -214,10 +214,11 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
     Ok(p)
 }
 
-/// Assigns every buffer a place: inputs by position, constants in the weight blob, stages in the
-/// arena. Returns the places, the weight blob and the arena size.
-pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
-    let mut places = vec![Place::None; p.bufs.len()];
+/// Gives every buffer its [`Location`]: inputs by position, constants in the weight blob, stages
+/// in the arena. Returns the locations, the weight blob and the arena size. ("Place" names one
+/// idea only: placing sub-graphs on backends, `driver::place`.)
+pub fn locate(p: &Program) -> (Vec<Location>, Vec<u8>, usize) {
+    let mut places = vec![Location::None; p.bufs.len()];
     let mut weights = Vec::new();
     let mut readers = p.readers();
     // A group's producer runs inside its consumer's task (`k<a>_fill` in `g<b>`): what it reads
@@ -234,12 +235,12 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     let mut stage_ids = Vec::new();
     for (i, b) in p.bufs.iter().enumerate() {
         match &b.kind {
-            BufKind::Input(k) => places[i] = Place::Input(*k),
+            BufKind::Input(k) => places[i] = Location::Input(*k),
             BufKind::Const(_) => {
                 let off = weights.len().div_ceil(64) * 64;
                 weights.resize(off, 0);
                 weights.extend_from_slice(&b.stored_bytes().expect("a constant"));
-                places[i] = Place::Weight(off);
+                places[i] = Location::Weight(off);
             }
             BufKind::Stage(_) => {
                 let last = if p.outputs.contains(&(i as u32)) {
@@ -259,7 +260,7 @@ pub fn place(p: &Program) -> (Vec<Place>, Vec<u8>, usize) {
     }
     let plan = plan_arena(&intervals);
     for (k, &i) in stage_ids.iter().enumerate() {
-        places[i] = Place::Arena(plan.offsets[k]);
+        places[i] = Location::Arena(plan.offsets[k]);
     }
     (places, weights, plan.size)
 }
@@ -297,7 +298,7 @@ pub type Step = (&'static str, fn(&mut Program, &mut StepCx<'_>));
 /// and panel-packed weights: `schedule::layout`), every stage's kernel plan
 /// (`schedule::plan`), groups (`schedule::group`, whose instances are whole tiles of the
 /// plans), and the plans a tuning run recorded (which plan and group again). The same for a
-/// whole model and for the candidates the placement search prices; the arena ([`place`]) and
+/// whole model and for the candidates the placement search prices; the arena ([`locate`]) and
 /// the C ([`c::emit`]) follow.
 pub const PIPELINE: &[Step] = &[
     ("fuse", |p, _| te::fuse(p)),
@@ -427,7 +428,7 @@ pub fn compile_scheduled(
     };
     run_steps(&mut p, PIPELINE, &mut cx);
     let warnings = cx.warnings;
-    let (places, weights, arena_size) = place(&p);
+    let (places, weights, arena_size) = locate(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {
             model: g.name.clone(),
@@ -458,7 +459,7 @@ pub fn compile_scheduled(
         .iter()
         .zip(&p.output_names)
         .map(|(&b, n)| {
-            let Place::Arena(off) = places[b as usize] else {
+            let Location::Arena(off) = places[b as usize] else {
                 unreachable!("outputs are stages in the arena")
             };
             Io {

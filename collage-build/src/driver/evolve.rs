@@ -195,12 +195,19 @@ pub fn evolve_model(
     };
     let mut evaluations = 0;
     // Times a placement; also returns the hash of its generated C, which tells placements that
-    // differ only in how `c` nodes are grouped (the same program) apart from others.
+    // differ only in how `c` nodes are grouped (the same program) apart from others. A program
+    // timed before is not compiled and timed again: its first timing stands.
+    let mut timed: std::collections::HashMap<u64, Measurement> = Default::default();
     let mut time = |parts: &[Part]| -> Result<(Measurement, u64)> {
         evaluations += 1;
         let c = compile_parts(g, parts)?;
+        let src = crate::te::fnv64(&c.c_source);
+        if let Some(m) = timed.get(&src) {
+            return Ok((*m, src));
+        }
         let m = measure::end_to_end(&c, work, "-O3", threads, budget)?;
-        Ok((m, crate::te::fnv64(&c.c_source)))
+        timed.insert(src, m);
+        Ok((m, src))
     };
 
     // The search's placement, over the same problem the evolution mutates.

@@ -4,12 +4,12 @@
 //! 4 KiB would otherwise all start at the same offset in a page, so that a kernel's loads from
 //! one and stores to another, row by row, fall in the same L1 sets and alias in the CPU's 4 KiB
 //! store-to-load check (a pointwise convolution over 112x112 planes ran at 60% of its speed).
-//! Also where every buffer lives at run time ([`Place`]: an input, the weights or the arena) and
+//! Also where every buffer lives at run time ([`Location`]: an input, the weights or the arena) and
 //! the C pointer to it in a kernel ([`buf_ptr`]).
 
 /// Where every buffer lives at run time.
 #[derive(Clone, Debug)]
-pub enum Place {
+pub enum Location {
     /// `inputs[i]`.
     Input(usize),
     /// `weights + offset`.
@@ -22,12 +22,12 @@ pub enum Place {
 
 /// The C expression of buffer `b`'s first element as `const float *` (inside a kernel taking
 /// `collage_ctx *ctx`).
-pub fn buf_ptr(places: &[Place], b: u32) -> String {
+pub fn buf_ptr(places: &[Location], b: u32) -> String {
     match places[b as usize] {
-        Place::Input(i) => format!("(const float *)ctx->I[{i}]"),
-        Place::Weight(o) => format!("(const float *)(ctx->W + {o})"),
-        Place::Arena(o) => format!("(const float *)(ctx->A + {o})"),
-        Place::None => panic!("a library call reads dead buffer {b}"),
+        Location::Input(i) => format!("(const float *)ctx->I[{i}]"),
+        Location::Weight(o) => format!("(const float *)(ctx->W + {o})"),
+        Location::Arena(o) => format!("(const float *)(ctx->A + {o})"),
+        Location::None => panic!("a library call reads dead buffer {b}"),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Scheduling: the knobs of each generated stage (`kernel`), its kernel plan (`plan`: the one
 //! loop shape the code generator prints), stages grouped into loops of instances (`group`, GraphTurbo), and memory planning
-//! of the activation arena and where every buffer lives ([`Place`]).
+//! of the activation arena and where every buffer lives ([`Location`]).
 pub(crate) mod analysis;
 mod arena;
 pub mod group;
@@ -8,6 +8,6 @@ pub mod kernel;
 pub mod layout;
 pub mod plan;
 
-pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Place};
+pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Location};
 pub use group::{plan_groups, GroupInfo};
 pub use plan::{plan_program, plan_stage, tile_widths};

@@ -24,7 +24,7 @@ use super::{CostCache, Entry, Key, TargetFingerprint};
 use crate::codegen::{self, Compiled};
 use crate::error::{io_err, Error, Result};
 use crate::ir::{Tensor, TensorType};
-use crate::schedule::Place;
+use crate::schedule::Location;
 use crate::te::{BufId, BufKind, Buffer, Isa, Program, Src, Stage};
 use crate::tensor::pseudo_random;
 use crate::toolchain::build_shared_with;
@@ -517,9 +517,10 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Writes `source` to `work`, compiles it with [`build_shared`] and loads it. Files are named by a
-/// hash of the source and flags, and the library is compiled under a temporary name and renamed,
-/// so a library that this process still has loaded is never overwritten in place.
+/// Writes `source` to `work`, compiles it with [`build_shared_with`] (unless `work` holds the
+/// library already) and loads it. Files are named by a hash of the source, the flags and the
+/// defines, and the library is compiled under a temporary name and renamed, so a library that
+/// this process still has loaded is never overwritten in place.
 fn compile_and_load(
     source: &str,
     stem: &str,
@@ -537,9 +538,13 @@ fn compile_and_load(
     let c_path = work.join(format!("{name}.c"));
     std::fs::write(&c_path, source).map_err(io_err(&c_path))?;
     let so = work.join(format!("lib{name}.so"));
-    let tmp = work.join(format!("lib{name}.{}.tmp.so", std::process::id()));
-    build_shared_with(&c_path, &tmp, opt, defines)?;
-    std::fs::rename(&tmp, &so).map_err(io_err(&so))?;
+    // Named by its content: a library built before (a placement timed again, a finalist) is
+    // loaded as it is.
+    if !so.exists() {
+        let tmp = work.join(format!("lib{name}.{}.tmp.so", std::process::id()));
+        build_shared_with(&c_path, &tmp, opt, defines)?;
+        std::fs::rename(&tmp, &so).map_err(io_err(&so))?;
+    }
     // SAFETY: the library was just built from generated C code, which has no constructors.
     let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
         path: so.clone(),
@@ -615,7 +620,12 @@ pub fn build_kernel_set(
     work: &Path,
     opt: &str,
 ) -> Result<Vec<Harness>> {
-    build_kernel_set_with(items, work, opt, &[])
+    build_kernel_set_with(items, work, opt, host_only())
+}
+
+/// What measurements compile: the variant this machine runs and the baseline (`Isa::only`).
+fn host_only() -> &'static [&'static str] {
+    crate::tune::plans::host_isa().only()
 }
 
 /// [`build_kernel_set`] compiled with preprocessor symbols defined (`Isa::defines`: the kernels
@@ -668,11 +678,11 @@ fn compile_unit(
     let mut specs = Vec::with_capacity(items.len());
     for (i, &(p, s)) in items.iter().enumerate() {
         let k = kernel_program(p, s);
-        let (places, weights, arena_size) = codegen::place(&k);
+        let (places, weights, arena_size) = codegen::locate(&k);
         let symbol = format!("k{i}_{s}");
         units.push(codegen::c::emit(&k, &places, &symbol, &header));
         let out = k.outputs[0];
-        let Place::Arena(offset) = places[out as usize] else {
+        let Location::Arena(offset) = places[out as usize] else {
             unreachable!("a stage output lives in the arena")
         };
         let ob = &k.bufs[out as usize];
@@ -698,7 +708,7 @@ fn compile_unit(
 
 /// Builds and loads a whole compiled model as a [`Harness`] (inputs filled with [`pseudo_random`]).
 pub fn build_model(c: &Compiled, work: &Path, opt: &str) -> Result<Harness> {
-    build_model_with(c, work, opt, &[])
+    build_model_with(c, work, opt, host_only())
 }
 
 /// [`build_model`] compiled with preprocessor symbols defined (`Isa::defines`).
@@ -1150,7 +1160,7 @@ mod tests {
             .into_iter()
             .map(|s| {
                 let k = kernel_program(p, s);
-                let (places, _, _) = codegen::place(&k);
+                let (places, _, _) = codegen::locate(&k);
                 codegen::c::emit(&k, &places, &format!("k{s}"), "h")
             })
             .collect();

@@ -431,7 +431,11 @@ pub fn tune_plans(
             "cannot tune the {isa} variant's plans on a machine whose widest variant is {host}"
         )));
     }
-    let defines = if isa == host { &[][..] } else { isa.defines() };
+    let defines = if isa == host {
+        isa.only()
+    } else {
+        isa.defines()
+    };
     let mut report = PlanReport::default();
     // The kernels: generated, outside groups, one per key.
     let mut nodes: Vec<Node> = Vec::new();

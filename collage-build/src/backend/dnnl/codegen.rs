@@ -12,7 +12,7 @@
 //! under a mutex.
 use std::fmt::Write;
 
-use crate::schedule::{buf_ptr, Place};
+use crate::schedule::{buf_ptr, Location};
 use crate::ir::DType;
 use crate::te::{BinOp, BufKind, Expr, Program, Src, Stage, WindowKind, WindowOp};
 
@@ -389,7 +389,7 @@ pub fn emit_shared_entry(out: &mut String, symbol: &str, n: usize) {
 /// `symbol` computing stage `id` (the residual, if any, is where the sum post-op starts from).
 pub fn emit_call(
     out: &mut String,
-    places: &[Place],
+    places: &[Location],
     symbol: &str,
     site: usize,
     id: u32,
@@ -472,7 +472,7 @@ impl super::super::WindowCalls for Primitives<'_> {
         emit_table(out, self.symbol, &self.calls, &links);
     }
 
-    fn emit_call(&self, out: &mut String, places: &[Place], id: u32, fname: &str) -> Option<Expr> {
+    fn emit_call(&self, out: &mut String, places: &[Location], id: u32, fname: &str) -> Option<Expr> {
         let site = self.sites.binary_search(&id).expect("a primitive site");
         let call = &self.calls[site];
         emit_call(out, places, self.symbol, site, id, call, fname);
