@@ -483,3 +483,160 @@ pub fn compile_scheduled(
         warnings,
     })
 }
+
+/// A stage's plan names its operands by buffer (`schedule::plan`): renumbering a program's
+/// buffers renumbers its plans and changes nothing else. Here, above the planner, because it
+/// compiles whole programs.
+#[cfg(test)]
+mod plan_renumbering {
+    use std::collections::BTreeMap;
+
+    use crate::codegen::{self, Switches};
+    use crate::ir::{DType, Graph, TensorType, ValueId};
+    use crate::ops::{lookup, Attr, Attrs, OpCx};
+    use crate::target::Target;
+    use crate::te::{BufId, BufKind, Buffer, KernelPlan, Program, Src};
+    use crate::tensor::Tensor;
+
+    fn node(g: &mut Graph, op: &str, attrs: &[(&str, Attr)], inputs: &[ValueId]) -> ValueId {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        let o = lookup(op).unwrap()(&OpCx {
+            attrs: &attrs,
+            opset: 17,
+            n_inputs: inputs.len(),
+            n_outputs: 1,
+        })
+        .unwrap();
+        let out = g.add_value(format!("{op}_out"), None);
+        let name = format!("{op}_{}", g.nodes.len());
+        g.add_node(
+            name,
+            o,
+            inputs.iter().map(|&v| Some(v)).collect(),
+            vec![out],
+        );
+        out
+    }
+
+    fn weights(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        Tensor::from_f32(shape, &v)
+    }
+
+    /// A depthwise 3x3 convolution, a pointwise one over a 1 MiB image, a padded 3x3 one and a
+    /// padded pooling: stages whose plans name their operands (a depthwise plane, prefetched
+    /// loads, guards).
+    fn program(switches: Switches) -> Program {
+        let mut g = Graph::new("renumbered");
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 64, 64, 64])));
+        g.inputs.push(x);
+        let pads = ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+        let k3 = ("kernel_shape", Attr::Ints(vec![3, 3]));
+        let dw = g.add_const("dw", weights(&[64, 1, 3, 3]));
+        let d = node(
+            &mut g,
+            "Conv",
+            &[pads.clone(), k3.clone(), ("group", Attr::Int(64))],
+            &[x, dw],
+        );
+        let r = node(&mut g, "Relu", &[], &[d]);
+        let pw = g.add_const("pw", weights(&[64, 64, 1, 1]));
+        let c = node(&mut g, "Conv", &[], &[r, pw]);
+        let w3 = g.add_const("w3", weights(&[16, 64, 3, 3]));
+        let c3 = node(&mut g, "Conv", &[pads.clone(), k3.clone()], &[c, w3]);
+        let m = node(&mut g, "MaxPool", &[pads, k3], &[c3]);
+        g.outputs.push(m);
+        crate::passes::run(&mut g, crate::passes::PIPELINE).unwrap();
+        codegen::compile_scheduled(g, "renumbered", &|n| (n as u32 + 1, None), switches, None)
+            .unwrap()
+            .program
+    }
+
+    /// `p` with every buffer one place later (a dead buffer first), planned again.
+    fn shifted(p: &Program) -> Program {
+        let up = |s: Src| match s {
+            Src::Buf(b) => Src::Buf(b + 1),
+            s => s,
+        };
+        let mut q = Program {
+            bufs: vec![Buffer {
+                name: "dead".into(),
+                ty: TensorType::new(DType::F32, [1]),
+                kind: BufKind::Dead,
+                packed: false,
+            }],
+            inputs: p.inputs.iter().map(|b| b + 1).collect(),
+            outputs: p.outputs.iter().map(|b| b + 1).collect(),
+            input_names: p.input_names.clone(),
+            output_names: p.output_names.clone(),
+            groups: p
+                .groups
+                .iter()
+                .map(|g| crate::te::Group {
+                    producer: g.producer + 1,
+                    consumer: g.consumer + 1,
+                    ..g.clone()
+                })
+                .collect(),
+            plans: Vec::new(),
+        };
+        for b in &p.bufs {
+            let mut b = b.clone();
+            if let BufKind::Stage(st) = &mut b.kind {
+                st.body = st.body.map_src(&up);
+                if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
+                    *f = f.map_src(&up);
+                }
+            }
+            q.bufs.push(b);
+        }
+        codegen::plan(&mut q, &Target::for_build(), None);
+        q
+    }
+
+    /// A stage's plan depends on its program only through the stage and its operands, and
+    /// names the operands by buffer: renumbering the buffers renumbers the plans and changes
+    /// nothing else (what a kernel cut out of its program, with its operands renumbered, is
+    /// planned to).
+    #[test]
+    fn renumbered_buffers_renumber_the_plans() {
+        let mut named = [false; 3];
+        for no_layout in [false, true] {
+            let p = program(Switches {
+                no_layout,
+                ..Switches::default()
+            });
+            let q = shifted(&p);
+            assert!(q.plans[0].is_empty());
+            for b in 0..p.bufs.len() {
+                let renumbered: Vec<KernelPlan> = p.plans[b]
+                    .iter()
+                    .map(|pl| pl.map_bufs(&|x: BufId| x + 1))
+                    .collect();
+                assert_eq!(
+                    q.plans[b + 1],
+                    renumbered,
+                    "buffer {b} (no_layout {no_layout})"
+                );
+                if q.plans[b + 1] != p.plans[b] {
+                    match &p.plans[b][0] {
+                        KernelPlan::Plane(_) => named[0] = true,
+                        KernelPlan::Gemm(g) if !g.prefetch.is_empty() => named[1] = true,
+                        KernelPlan::Injective(i) if i.guard.is_some() => named[2] = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            named, [true; 3],
+            "a depthwise plane, prefetched loads and a guard each name a buffer"
+        );
+    }
+}
