@@ -17,11 +17,7 @@ fn tune_then_explain_reads_every_kernel_back() {
     let dir = std::env::temp_dir().join(format!("collage-tune-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("cache.toml");
-    let budget = MeasureBudget {
-        warmup: 1,
-        min_runs: 3,
-        min_time: Duration::from_millis(1),
-    };
+    let budget = quick_budget();
     let mut cache = CostCache::new();
     let mut saves = 0;
     let mut last = (0, 0);
@@ -204,11 +200,7 @@ fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
     };
     let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
     let c = driver::compile(g.clone(), "three", &opts).unwrap();
-    let budget = MeasureBudget {
-        warmup: 1,
-        min_runs: 3,
-        min_time: Duration::from_millis(1),
-    };
+    let budget = quick_budget();
     let mut cache = CostCache::new();
     let mut named = Vec::new();
     let settings = PlanTuning {
@@ -317,11 +309,7 @@ fn every_vector_variants_plans_are_tuned_and_checked_here() {
         backends: "c".into(),
         ..Options::default()
     };
-    let budget = MeasureBudget {
-        warmup: 1,
-        min_runs: 3,
-        min_time: Duration::from_millis(1),
-    };
+    let budget = quick_budget();
     let untuned = driver::compile(g.clone(), "three", &opts).unwrap();
     let mut h = measure::build_model(&untuned, &dir.join("untuned"), "-O2").unwrap();
     h.run(&collage_runtime::Executor::Serial);
@@ -387,4 +375,13 @@ fn every_vector_variants_plans_are_tuned_and_checked_here() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A short timing: what the tests need is entries, not precise times.
+fn quick_budget() -> MeasureBudget {
+    MeasureBudget {
+        warmup: 1,
+        min_runs: 3,
+        min_time: Duration::from_millis(1),
+    }
 }

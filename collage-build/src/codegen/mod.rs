@@ -489,29 +489,18 @@ pub fn compile_scheduled(
 /// compiles whole programs.
 #[cfg(test)]
 mod plan_renumbering {
-    use std::collections::BTreeMap;
 
     use crate::codegen::{self, Switches};
-    use crate::ir::{DType, Graph, TensorType, ValueId};
-    use crate::ops::{lookup, Attr, Attrs, OpCx};
+    use crate::ir::ValueId;
+    use crate::ir::{DType, Graph, TensorType};
+    use crate::ops::Attr;
     use crate::target::Target;
     use crate::te::{BufId, BufKind, Buffer, KernelPlan, Program, Src};
     use crate::tensor::Tensor;
 
+    /// Adds a node of the registered operator `op` with `attrs` on `inputs` to `g`.
     fn node(g: &mut Graph, op: &str, attrs: &[(&str, Attr)], inputs: &[ValueId]) -> ValueId {
-        let attrs = Attrs(
-            attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect::<BTreeMap<_, _>>(),
-        );
-        let o = lookup(op).unwrap()(&OpCx {
-            attrs: &attrs,
-            opset: 17,
-            n_inputs: inputs.len(),
-            n_outputs: 1,
-        })
-        .unwrap();
+        let o = crate::ops::testing::build(op, attrs, 17, inputs.len(), 1).unwrap();
         let out = g.add_value(format!("{op}_out"), None);
         let name = format!("{op}_{}", g.nodes.len());
         g.add_node(

@@ -214,6 +214,31 @@ fn with_choice(k: &Program, id: BufId, choice: PlanChoice, target: &Target) -> O
     Some(t)
 }
 
+/// Adds choice `c` realised for kernel `id` of `p` to `to`, with its [`model_us`], when it is of
+/// `c`'s kind (the kind fits), in neither `to` nor `seen` yet, and for a group's consumer keeps
+/// the group.
+#[allow(clippy::too_many_arguments)]
+fn add_new(
+    p: &Program,
+    id: BufId,
+    isa: Isa,
+    cpu: &Cpu,
+    target: &Target,
+    c: PlanChoice,
+    seen: &[(PlanChoice, KernelPlan)],
+    to: &mut Vec<(PlanChoice, KernelPlan, f64)>,
+) {
+    let plan = plan_stage(p, p.stage(id).expect("a stage"), isa, cpu, Some(c));
+    if plan.kind() == c.kind()
+        && !seen.iter().any(|(_, q)| *q == plan)
+        && !to.iter().any(|(_, q, _)| *q == plan)
+        && (p.groups.is_empty() || with_choice(p, id, plan.choice(), target).is_some())
+    {
+        let cost = model_us(p, id, &plan, cpu);
+        to.push((plan.choice(), plan, cost));
+    }
+}
+
 /// The distinct plans of kernel `id` of `p` for `isa`: the default first, then every other
 /// legal plan of every kind that fits (for a group's consumer, that keeps the group), ranked by
 /// [`model_us`] (ties in grid order).
@@ -230,15 +255,7 @@ pub fn space(
     let mut rest = Vec::new();
     for kind in kinds_that_fit(p, st, isa, cpu) {
         for c in grid(kind) {
-            let plan = plan_stage(p, st, isa, cpu, Some(c));
-            if plan.kind() == kind
-                && !out.iter().any(|(_, q)| *q == plan)
-                && !rest.iter().any(|(_, q, _)| *q == plan)
-                && (p.groups.is_empty() || with_choice(p, id, plan.choice(), target).is_some())
-            {
-                let cost = model_us(p, id, &plan, cpu);
-                rest.push((plan.choice(), plan, cost));
-            }
+            add_new(p, id, isa, cpu, target, c, &out, &mut rest);
         }
     }
     rest.sort_by(|a, b| a.2.total_cmp(&b.2));
@@ -339,15 +356,7 @@ fn reuse_candidates(
                     knobs.iter().find(|x| x.0 == k).expect("a knob").1
                 }
             });
-            let plan = plan_stage(p, st, isa, cpu, Some(c));
-            if plan.kind() == kind
-                && !out.iter().any(|(_, q)| *q == plan)
-                && !near.iter().any(|(_, q, _)| *q == plan)
-                && (p.groups.is_empty() || with_choice(p, id, plan.choice(), target).is_some())
-            {
-                let cost = model_us(p, id, &plan, cpu);
-                near.push((plan.choice(), plan, cost));
-            }
+            add_new(p, id, isa, cpu, target, c, &out, &mut near);
         }
     }
     near.sort_by(|a, b| a.2.total_cmp(&b.2));
