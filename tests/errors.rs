@@ -1103,3 +1103,44 @@ fn a_value_read_by_thousands_of_nodes_places_and_compiles() {
     let bytes = model(nodes, vec![vi("x", &[4, 4])], &[&acc]);
     compile(&bytes).unwrap();
 }
+
+/// Names are free text in ONNX: a newline or a `*/` in a node's or tensor's name (found by
+/// fuzzing) must not break the generated C's comments. The C must still compile.
+#[test]
+fn names_with_newlines_and_comment_ends_compile() {
+    let hostile = "R\n\r*/x\u{1}";
+    let bytes = model(
+        vec![node("Relu", hostile, &["input"], &[hostile])],
+        vec![vi("input", &[1, 16])],
+        &[hostile],
+    );
+    let g = import_bytes(&bytes, Path::new("test.onnx")).expect("imports");
+    let c = compile_graph(g, "t").expect("compiles");
+    for line in c.c_source.lines().filter(|l| l.contains("R\\n")) {
+        assert!(
+            line.trim_end().ends_with("*/"),
+            "one comment line: {line:?}"
+        );
+        assert_eq!(line.matches("*/").count(), 1, "one comment end: {line:?}");
+    }
+    assert!(
+        c.c_source.contains("R\\n\\r* /x\\u{1}"),
+        "escaped name in the C"
+    );
+    let dir = std::env::temp_dir().join(format!("collage-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("m.c");
+    std::fs::write(&file, &c.c_source).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = std::process::Command::new(cc)
+        .args(["-std=gnu11", "-fsyntax-only"])
+        .arg(&file)
+        .output()
+        .expect("a C compiler");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

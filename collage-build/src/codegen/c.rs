@@ -292,7 +292,7 @@ const VARIANTS: &[(Isa, &str, &str)] = &[
 /// Define `COLLAGE_NO_DISPATCH` when compiling to build only the baseline variant.
 pub fn emit(p: &Program, places: &[Location], symbol: &str, header: &str) -> String {
     let mut out = CWriter::new();
-    out.line(format!("/* {header} */"));
+    out.line(format!("/* {} */", comment(header)));
     out.raw(PRELUDE);
     out.line("");
     out.line("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)");
@@ -385,7 +385,21 @@ pub fn library_backends(p: &Program) -> Vec<crate::backend::BackendId> {
 
 /// A stage's name and type for a C comment.
 fn stage_title(st: &Stage) -> String {
-    format!("{}: {}", st.name.replace("*/", "* /"), st.ty)
+    format!("{}: {}", comment(&st.name), st.ty)
+}
+
+/// `s` made safe inside one line of a C block comment: control characters (a newline in an
+/// ONNX name) are written as Rust escapes and `*/` cannot end the comment.
+fn comment(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            o.extend(c.escape_default());
+        } else {
+            o.push(c);
+        }
+    }
+    o.replace("*/", "* /")
 }
 
 /// A program's window calls and the backend that has them.
@@ -662,7 +676,7 @@ fn emit_stage(
         rebase: member.map(|m| m.group.producer),
     };
     out.line("");
-    out.line(format!("/* {}: {} */", st.name.replace("*/", "* /"), st.ty));
+    out.line(format!("/* {} */", stage_title(st)));
     out.line(format!("/* plan: {plan} */"));
     match member {
         // One instance's slot: every outer iteration, columns [c0, c1).
