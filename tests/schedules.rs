@@ -286,6 +286,49 @@ fn reductions_and_pools() {
     });
 }
 
+/// Runs `op` (a one-input ONNX operator) on `xs` through the generated C (`-O2`) and checks
+/// every output against `want` in f64: within `rel` of it, or `abs` near zero.
+fn unary_is_accurate(op: &str, xs: &[f32], want: fn(f64) -> f64, rel: f64, abs: f64) {
+    let mut g = Graph::new(op);
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [xs.len()])));
+    g.inputs.push(x);
+    let y = node(&mut g, op, Attrs::default(), vec![x]);
+    g.outputs.push(y);
+    let c = collage_build::compile_graph(g, "unary").unwrap();
+    let work = std::env::temp_dir().join(format!("collage-{op}-{}", std::process::id()));
+    let mut m = collage_build::native::NativeModel::build(&c, &work, "-O2").unwrap();
+    let got = m
+        .run(&[Tensor::from_f32(&[xs.len()], xs)], &Executor::Serial)
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+    for (i, &v) in xs.iter().enumerate() {
+        let (g, w) = (got[0].get_f64(i), want(v as f64));
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= abs + rel * w.abs() && (w != 0.0 || g.to_bits() == w.to_bits())
+        };
+        assert!(ok, "{op}({v:e}) = {g:e}, want {w:e}");
+    }
+}
+
+/// Floats spread over the whole range (every 2^20-th bit pattern, both signs), no NaN.
+fn every_magnitude() -> impl Iterator<Item = f32> {
+    (0..4096u32)
+        .map(|i| f32::from_bits(i << 20 | 0x5_4321))
+        .filter(|x| x.is_finite())
+        .chain([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+            1e-45,
+        ])
+}
+
 #[test]
 fn erf_is_accurate_across_its_range() {
     // The generated code computes f32 erf without libm (vectorisable); check it against f64 erf.
@@ -293,27 +336,39 @@ fn erf_is_accurate_across_its_range() {
         .map(|i| i as f32 / 1000.0)
         .chain([1e-8, -1e-6, 3e-4, 0.4999, 0.5, 0.5001])
         .collect();
-    let mut g = Graph::new("erf");
-    let x = g.add_value("x", Some(TensorType::new(DType::F32, [xs.len()])));
-    g.inputs.push(x);
-    let y = node(&mut g, "Erf", Attrs::default(), vec![x]);
-    g.outputs.push(y);
-    let c = collage_build::compile_graph(g, "erf").unwrap();
-    let work = std::env::temp_dir().join(format!("collage-erf-{}", std::process::id()));
-    let mut m = collage_build::native::NativeModel::build(&c, &work, "-O2").unwrap();
-    let got = m
-        .run(&[Tensor::from_f32(&[xs.len()], &xs)], &Executor::Serial)
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&work);
-    for (i, &v) in xs.iter().enumerate() {
-        let want = libm::erf(v as f64);
-        let err = (got[0].get_f64(i) - want).abs();
-        assert!(
-            err <= 4e-7 + 2e-6 * want.abs(),
-            "erf({v}) = {}, want {want}",
-            got[0].get_f64(i)
-        );
+    unary_is_accurate("Erf", &xs, libm::erf, 2e-6, 4e-7);
+}
+
+#[test]
+fn log_sin_and_cos_are_accurate_across_the_floats() {
+    // f32 log, sin and cos without libm (vectorisable): within 2 ulp of f64 libm everywhere,
+    // with the special values (log of 0, of a negative, of inf; sin(-0) = -0; sin of inf).
+    let mut xs: Vec<f32> = (-5000..=5000).map(|i| i as f32 / 500.0).collect();
+    xs.extend(every_magnitude());
+    // The floats nearest multiples of pi/2, small and huge, where the reduction is hardest.
+    for k in [
+        1.0f64,
+        2.0,
+        3.0,
+        1e3,
+        1e5,
+        12_345_678.0,
+        1e9,
+        3e12,
+        1e20,
+        1e30,
+    ] {
+        let x = (k * std::f64::consts::FRAC_PI_2) as f32;
+        xs.extend([
+            x,
+            f32::from_bits(x.to_bits() + 1),
+            f32::from_bits(x.to_bits() - 1),
+        ]);
     }
+    let ulp = 2.0 * f32::EPSILON as f64;
+    unary_is_accurate("Log", &xs, libm::log, ulp, 1e-45);
+    unary_is_accurate("Sin", &xs, libm::sin, ulp, 1e-45);
+    unary_is_accurate("Cos", &xs, libm::cos, ulp, 1e-45);
 }
 
 #[test]

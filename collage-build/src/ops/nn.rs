@@ -1099,8 +1099,27 @@ impl Operator for GlobalPool {
     fn lower(&self, cx: &mut LowerCx) -> OpResult<Vec<Src>> {
         let x = cx.input(0).clone();
         let out = cx.output(0).clone();
-        let ext: Vec<usize> = x.shape[2..].to_vec();
-        let xi = x_index((0..ext.len()).map(Expr::rvar).collect());
+        let mut ext: Vec<usize> = x.shape[2..].to_vec();
+        let xi = if self.max && ext.len() > 1 {
+            // One reduction over the whole image, `x[n, c, r / W, r % W]`, which the loads'
+            // simplification reads flat: a max vectorised over 56 x 56 pixels, not 56 rows of
+            // 56 (each with its own horizontal reduction and tail).
+            let n: usize = ext.iter().product();
+            let mut below = n;
+            let pos = ext
+                .iter()
+                .map(|&e| {
+                    below /= e;
+                    Expr::rvar(0)
+                        .div(Expr::i(below as i64))
+                        .fmod(Expr::i(e as i64))
+                })
+                .collect();
+            ext = vec![n];
+            x_index(pos)
+        } else {
+            x_index((0..ext.len()).map(Expr::rvar).collect())
+        };
         let body = Expr::load(Src::Arg(0), xi);
         // In f64: exact for any tensor within the size limits, and no overflow on an empty one.
         let n: f64 = ext.iter().map(|&e| e as f64).product();

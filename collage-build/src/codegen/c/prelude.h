@@ -185,15 +185,17 @@ static inline uint8_t cl_wrap_u4(int64_t v) { return (uint8_t)(v & 15); }
 static inline int8_t cl_wrap_i2(int64_t v) { return (int8_t)(((v & 3) ^ 2) - 2); }
 static inline uint8_t cl_wrap_u2(int64_t v) { return (uint8_t)(v & 3); }
 
-/* NaN-propagating max / min, branch-free: a select on the bits. Written as `c ? a : b`, GCC
-   branches on the comparison in code it does not vectorise (a 7-wide row's epilogue), and a
-   ReLU6 on activations of either sign mispredicts half of those branches. */
+/* A select on the bits, branch-free: written as `c ? a : b`, GCC branches on a comparison in
+   code it does not vectorise (a 7-wide row's epilogue). NaN-propagating max / min are two
+   selects GCC keeps branch-free both ways (a blend and a cmov in scalar code, min/max and a
+   blend in vectors); written with `cl_sel` they stop a loop that also calls cl_expf from
+   vectorising (Celu). */
 static inline float cl_sel_f32(int c, float a, float b) { cl_f32_bits x = { a }, y = { b }; uint32_t m = 0u - (uint32_t)c; x.u = (x.u & m) | (y.u & ~m); return x.f; }
 static inline double cl_sel_f64(int c, double a, double b) { cl_f64_bits x = { a }, y = { b }; uint64_t m = 0u - (uint64_t)c; x.u = (x.u & m) | (y.u & ~m); return x.f; }
 #define CL_FLOAT_OPS(T, S) \
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
-static inline T cl_max_##S(T a, T b) { return cl_sel_##S((a >= b) | (a != a), a, b); } \
-static inline T cl_min_##S(T a, T b) { return cl_sel_##S((a <= b) | (a != a), a, b); } \
+static inline T cl_max_##S(T a, T b) { T m = a >= b ? a : b; return a != a ? a : m; } \
+static inline T cl_min_##S(T a, T b) { T m = a <= b ? a : b; return a != a ? a : m; } \
 static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 CL_FLOAT_OPS(float, f32)
 CL_FLOAT_OPS(double, f64)
@@ -237,6 +239,72 @@ static inline float cl_tanhf(float x) {
     float small = x * (1.0f + x2 * (-0.33333334f + x2 * (0.13333334f + x2 * (-0.05396825f + x2 * 0.02186949f))));
     return a < 0.125f ? small : big;
 }
+
+/* log for f32 without a library call, so that it vectorises (glibc's logf is a scalar call):
+   x = 2^k m with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^25 first), f = m - 1,
+   log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)) with s = f / (2 + f) and R the classic degree-4
+   minimax polynomial in s^2, k ln2 in two parts; within 1 ulp of libm's. 0 gives -inf, negative
+   x NaN, inf inf, NaN stays NaN. */
+static inline float cl_logf(float x) {
+    cl_f32_bits b = { x }, sc = { x * 33554432.0f };
+    uint32_t sub = b.u < 0x00800000u;
+    uint32_t u = sub ? sc.u : b.u, ix = u - 0x3f3504f3u;
+    int32_t k = ((int32_t)ix >> 23) - 25 * (int32_t)sub;
+    cl_f32_bits m = { .u = (ix & 0x007fffffu) + 0x3f3504f3u };
+    float f = m.f - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z, dk = (float)k;
+    float rr = w * (0.40000972152f + w * 0.24279078841f) + z * (0.66666662693f + w * 0.28498786688f);
+    float hf = 0.5f * f * f;
+    cl_f32_bits r = { s * (hf + rr) + dk * 9.0580006145e-06f - hf + f + dk * 0.69313812256f };
+    /* 0, negative, inf and NaN: one merge on the bits (a select would let GCC move the division
+       into a branch, which it then cannot vectorise). */
+    cl_f32_bits sp = { x == 0.0f ? -INFINITY : (x < 0.0f ? NAN : x) };
+    uint32_t special = 0u - (uint32_t)(u - 0x00800000u >= 0x7f000000u);
+    r.u = (r.u & ~special) | (sp.u & special);
+    return r.f;
+}
+
+/* sin and cos for f32 without a library call, so that they vectorise. The argument is reduced
+   to x = n pi/2 + r in double. For |x| < 2^28, n is rounded by adding 1.5 * 2^52 and pi/2 taken
+   in three parts, the first of 24 bits so that n times it is exact (0.5 ulp). Above, x / (2 pi)
+   mod 1 is summed from x times nine 24-bit chunks of 1 / (2 pi), each product exact and reduced
+   mod 1 on its own (Payne and Hanek's idea without a table, whose gathers cost six times more;
+   a few ulp where x is closest to a multiple of pi/2). Then the Taylor polynomials of sin and cos
+   on |r| <= pi/4 in double (error < 1e-12), and the quadrant n mod 4 picks and signs one. inf
+   gives NaN, NaN stays NaN, sin keeps -0. */
+/* One term of x / (2 pi) mod 1: x times a chunk `c` (exact), less its nearest integer; `big`
+   where the product may reach 2^50 (the rounding by 1.5 * 2^52 needs less; such a product is an
+   integer already, which contributes nothing). */
+#define CL_TURN_(x, c, big) ({ double tq_ = (x) * (c), q_ = (tq_ + 0x1.8p52) - 0x1.8p52; \
+    tq_ - ((big) && fabs(tq_) >= 0x1p50 ? tq_ : q_); })
+#define CL_MOD1_(s) ((s) - (((s) + 0x1.8p52) - 0x1.8p52))
+static inline float cl_sincosf_(float x, int64_t shift) {
+    const double magic = 0x1.8p52;
+    double xd = x, t = xd * 0.6366197723675814 + magic, n = t - magic;
+    double r = xd - n * 1.5707963705062866 - n * -4.3711390001862426e-08 - n * -2.6718907338610155e-24;
+    /* |x| < 2^128: chunks 0-3 may give products of 2^50 and more, 4-5 less, 6-8 less than 2^-17
+       (their sum rounded once is exact enough). */
+    double s = CL_TURN_(xd, 0x1.45f3p-3, 1) + CL_TURN_(xd, 0x1.b72722p-25, 1);
+    s = CL_MOD1_(s) + CL_TURN_(xd, 0x1.529fcp-54, 1) + CL_TURN_(xd, 0x1.3abe8p-77, 1);
+    s = CL_MOD1_(s) + CL_TURN_(xd, 0x1.f534dcp-98, 0) + CL_TURN_(xd, 0x1.c0db6p-122, 0);
+    s = CL_MOD1_(s) + xd * (0x1.4acc9ep-145 + 0x1.0e41p-172 + 0x1.fe516p-194);
+    double f = 4.0 * s, th = f + magic;
+    int huge = fabsf(x) >= 0x1p28f;
+    r = huge ? (f - (th - magic)) * 1.5707963267948966 : r;
+    cl_f64_bits qn = { huge ? th : t };
+    double r2 = r * r;
+    double sn = r + r * r2 * (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 + r2 * (1.0 / 362880 + r2 * (-1.0 / 39916800)))));
+    double cs = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 + r2 * (-1.0 / 3628800 + r2 * (1.0 / 479001600))))));
+    int64_t quad = (int64_t)qn.u + shift;
+    double v = (quad & 1) ? cs : sn;
+    v = (quad & 2) ? -v : v;
+    /* sin(-0) is -0: the zero's sign bit, put back on the bits (a select would move the
+       arithmetic into a branch that GCC does not vectorise). */
+    cl_f32_bits b = { x }, o = { (float)v };
+    o.u |= b.u & 0x80000000u & (0u - (uint32_t)((shift == 0) & (x == 0.0f)));
+    return o.f;
+}
+static inline float cl_sinf(float x) { return cl_sincosf_(x, 0); }
+static inline float cl_cosf(float x) { return cl_sincosf_(x, 1); }
 
 /* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
 typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
