@@ -371,6 +371,26 @@ fn log_sin_and_cos_are_accurate_across_the_floats() {
     unary_is_accurate("Cos", &xs, libm::cos, ulp, 1e-45);
 }
 
+/// Einsums that are matrix products run as Transpose, Reshape and MatMul (the `einsum` pass):
+/// batch labels, labels of one side, permuted outputs, and a plain product, against the
+/// interpreter's Einsum.
+#[test]
+fn einsums_that_are_products() {
+    for (eq, xs, ws) in [
+        ("bik,bjk->bij", vec![2, 5, 7], vec![2, 6, 7]),
+        ("bhqd,hkd->bqhk", vec![2, 3, 4, 5], vec![3, 6, 5]),
+        ("ij,jk->ik", vec![5, 7], vec![7, 9]),
+        ("ijk,kj->i", vec![3, 4, 5], vec![5, 4]),
+    ] {
+        check(eq, &xs, |g, x| {
+            let w = g.add_const("w", rand(&ws, 11));
+            let mut a = Attrs::default();
+            a.0.insert("equation".into(), Attr::Str(eq.into()));
+            node(g, "Einsum", a, vec![x, w])
+        });
+    }
+}
+
 #[test]
 fn contraction_with_a_vectorised_erf_and_max_epilogue() {
     check("mm_erf", &[8, 64], |g, x| {

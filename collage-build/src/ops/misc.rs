@@ -931,6 +931,86 @@ impl Einsum {
     }
 }
 
+/// A two-operand `Einsum` that is a (batched) matrix product, as [`einsum_as_matmul`] finds it:
+/// `A` permuted to `[batch.., m.., k..]`, `B` to `[batch.., k.., n..]`, their product
+/// `[batch.., m.., n..]` permuted by `out_perm` to the output's order. Each list holds sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EinsumMatMul {
+    /// The permutation of `A`'s dimensions to `[batch.., m.., k..]`.
+    pub perm_a: Vec<usize>,
+    /// The permutation of `B`'s dimensions to `[batch.., k.., n..]`.
+    pub perm_b: Vec<usize>,
+    /// Sizes of the batch labels (in `A`, `B` and the output).
+    pub batch: Vec<usize>,
+    /// Sizes of the labels of `A` and the output only.
+    pub m: Vec<usize>,
+    /// Sizes of the labels of `B` and the output only.
+    pub n: Vec<usize>,
+    /// Sizes of the contracted labels (in `A` and `B`, not in the output).
+    pub k: Vec<usize>,
+    /// Output dimension `i` is dimension `out_perm[i]` of `[batch.., m.., n..]`.
+    pub out_perm: Vec<usize>,
+}
+
+/// `op` as a matrix product when it is an `Einsum` of two operands of shapes `a` and `b` that
+/// contracts at least one label and keeps at least one of each side (`bik,bjk->bij`,
+/// `ij,jk->ik`, `bhqd,bhkd->bhqk`): no label repeated in an operand, none broadcast, none summed
+/// within one operand. `None` otherwise (the node keeps its loop nest).
+pub fn einsum_as_matmul(op: &dyn Operator, a: &[usize], b: &[usize]) -> Option<EinsumMatMul> {
+    let e = op.as_any().downcast_ref::<Einsum>()?;
+    if e.inputs.len() != 2 {
+        return None;
+    }
+    let types = [
+        Some(TensorType::new(DType::F32, a.to_vec())),
+        Some(TensorType::new(DType::F32, b.to_vec())),
+    ];
+    let p = e.plan(&types).ok()?;
+    let (la, lb) = (&p.operand_labels[0], &p.operand_labels[1]);
+    let distinct = |ls: &[Label]| ls.iter().enumerate().all(|(i, l)| !ls[..i].contains(l));
+    let exact = |ls: &[Label], s: &[usize]| ls.iter().zip(s).all(|(&l, &d)| p.size_of(l) == d);
+    if !distinct(la) || !distinct(lb) || !exact(la, a) || !exact(lb, b) {
+        return None;
+    }
+    let out = &p.out_labels;
+    let in_out = |l: &Label| out.contains(l);
+    if la.iter().any(|l| !lb.contains(l) && !in_out(l))
+        || lb.iter().any(|l| !la.contains(l) && !in_out(l))
+    {
+        return None;
+    }
+    // Batch, m and n labels in the output's order; contracted ones in A's.
+    let batch: Vec<Label> = out
+        .iter()
+        .filter(|l| la.contains(l) && lb.contains(l))
+        .copied()
+        .collect();
+    let m: Vec<Label> = out.iter().filter(|l| !lb.contains(l)).copied().collect();
+    let n: Vec<Label> = out.iter().filter(|l| !la.contains(l)).copied().collect();
+    let k: Vec<Label> = la.iter().filter(|l| !in_out(l)).copied().collect();
+    if k.is_empty() || m.is_empty() || n.is_empty() {
+        return None;
+    }
+    let pos = |ls: &[Label], l: &Label| ls.iter().position(|x| x == l).expect("a label");
+    let order = |ls: &[Label], parts: [&[Label]; 3]| -> Vec<usize> {
+        parts
+            .iter()
+            .flat_map(|part| part.iter().map(|l| pos(ls, l)))
+            .collect()
+    };
+    let mid: Vec<Label> = batch.iter().chain(&m).chain(&n).copied().collect();
+    let sizes = |ls: &[Label]| ls.iter().map(|&l| p.size_of(l)).collect();
+    Some(EinsumMatMul {
+        perm_a: order(la, [&batch, &m, &k]),
+        perm_b: order(lb, [&batch, &k, &n]),
+        batch: sizes(&batch),
+        m: sizes(&m),
+        n: sizes(&n),
+        k: sizes(&k),
+        out_perm: out.iter().map(|l| pos(&mid, l)).collect(),
+    })
+}
+
 impl Operator for Einsum {
     fn op_type(&self) -> &'static str {
         "Einsum"

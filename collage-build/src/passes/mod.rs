@@ -3,6 +3,7 @@ mod batchnorm;
 mod control;
 mod dce;
 mod deconv;
+mod einsum;
 mod infer;
 
 use crate::error::Result;
@@ -14,11 +15,13 @@ pub use infer::infer_and_fold;
 pub type Pass = (&'static str, fn(&mut Graph) -> Result<()>);
 
 /// The default pipeline: shape inference with constant folding, BatchNorm folding, transposed
-/// convolutions as a product and a fold (`deconv`), and dead-code elimination.
+/// convolutions as a product and a fold (`deconv`), einsums that are matrix products as
+/// `MatMul`s (`einsum`), and dead-code elimination.
 pub const PIPELINE: &[Pass] = &[
     ("infer", infer_and_fold),
     ("fold_batchnorm", batchnorm::run),
     ("deconv", deconv::run),
+    ("einsum", einsum::run),
     ("dce", dce::run),
 ];
 
