@@ -391,6 +391,26 @@ fn einsums_that_are_products() {
     }
 }
 
+/// CumSum runs as a scan: along the last axis (one running sum), along a middle axis (a row
+/// of sums), reversed and exclusive, with a fused epilogue, against the interpreter.
+#[test]
+fn cumulative_sums_scan() {
+    for (axis, exclusive, reverse) in [(2, 0, 0), (1, 0, 0), (1, 1, 1), (0, 1, 0), (-1, 0, 1)] {
+        check(
+            &format!("cumsum{axis}{exclusive}{reverse}"),
+            &[3, 5, 19],
+            |g, x| {
+                let a = g.add_const("axis", Tensor::from_i64(&[], &[axis]));
+                let mut at = Attrs::default();
+                at.0.insert("exclusive".into(), Attr::Int(exclusive));
+                at.0.insert("reverse".into(), Attr::Int(reverse));
+                let y = node(g, "CumSum", at, vec![x, a]);
+                node(g, "Relu", Attrs::default(), vec![y])
+            },
+        );
+    }
+}
+
 #[test]
 fn contraction_with_a_vectorised_erf_and_max_epilogue() {
     check("mm_erf", &[8, 64], |g, x| {
@@ -751,6 +771,14 @@ fn seeds_draw_every_plan_kind() {
                 let w = g.add_const("w", rand(&[64, 40, 3, 3], 5));
                 let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
                 node(g, "Conv", a, vec![x, w])
+            }),
+        ),
+        (
+            "cumsum",
+            vec![2, 5, 6],
+            Box::new(|g, x| {
+                let axis = g.add_const("axis", Tensor::from_i64(&[], &[1]));
+                node(g, "CumSum", Attrs::default(), vec![x, axis])
             }),
         ),
     ];

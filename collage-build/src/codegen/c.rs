@@ -9,7 +9,7 @@ use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Location;
 use crate::te::{
     BinOp, Bound, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall, PlainPlan,
-    Program, RedOp, RowPlan, Scalar, Src, Stage, UnOp, Window, PANEL,
+    Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window, PANEL,
 };
 
 mod channel;
@@ -754,6 +754,11 @@ fn emit_stage(
         }
         KernelPlan::Row(rp) => {
             rp.emit(out, &em, id, st);
+            out.close("}");
+            return (fname, n_outer, parallel);
+        }
+        KernelPlan::Scan(sp) => {
+            emit_scan(out, &em, id, st, sp);
             out.close("}");
             return (fname, n_outer, parallel);
         }
@@ -1565,6 +1570,70 @@ fn accumulate(op: RedOp, dtype: DType, acc: &str, v: &str) -> String {
         RedOp::Max => format!("{acc} = cl_max_{s}({acc}, {v});"),
         RedOp::Min => format!("{acc} = cl_min_{s}({acc}, {v});"),
     }
+}
+
+/// A cumulative reduction as running accumulators ([`ScanPlan`]): the dimensions before the
+/// scanned one are the outer loop, one accumulator per position of those after it (a row the
+/// compiler vectorises), and the scanned dimension is walked in order between them.
+fn emit_scan(out: &mut CWriter, em: &Emitter, id: u32, st: &Stage, sp: &ScanPlan) {
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let r = st.reduce.as_ref().expect("a scan reduces");
+    let cty = st.ty.dtype.c_type();
+    let a = sp.axis;
+    let inner: usize = shape[a + 1..].iter().product();
+    let st_strides = strides(shape);
+    out.open("for (int64_t o = begin; o < end; ++o) {");
+    let mut rem = "o".to_string();
+    for k in (0..a).rev() {
+        if k == 0 {
+            out.line(format!("const int64_t i{k} = {rem};"));
+        } else {
+            out.line(format!("const int64_t i{k} = {rem} % {};", shape[k]));
+            rem = format!("({rem} / {})", shape[k]);
+        }
+    }
+    let init = scalar(r.op.init(st.ty.dtype));
+    out.line(format!("{cty} accs[{inner}];"));
+    out.line(format!(
+        "for (int64_t j = 0; j < {inner}; ++j) accs[j] = {init};"
+    ));
+    out.open(format!("for (int64_t s = 0; s < {}; ++s) {{", shape[a]));
+    let pos = if sp.reverse {
+        format!("{} - s", shape[a] - 1)
+    } else {
+        "s".to_string()
+    };
+    out.line(format!("const int64_t i{a} = {pos};"));
+    for (k, n) in shape.iter().enumerate().skip(a + 1) {
+        out.open(format!("for (int64_t i{k} = 0; i{k} < {n}; ++i{k}) {{"));
+    }
+    let inner_strides = strides(&shape[a + 1..]);
+    let ji = (a + 1..rank)
+        .map(|k| format!("i{k} * {}", inner_strides[k - a - 1]))
+        .chain(std::iter::once("0".to_string()))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let flat_out = (0..rank)
+        .map(|k| format!("i{k} * {}", st_strides[k]))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    out.line(format!("{cty} acc = accs[{ji}];"));
+    let upd = accumulate(r.op, st.ty.dtype, "acc", &em.expr(&sp.value));
+    let store = format!("b{id}[{flat_out}] = {};", finalize_c(em, r));
+    if sp.exclusive {
+        out.line(store);
+        out.line(upd);
+    } else {
+        out.line(upd);
+        out.line(store);
+    }
+    out.line(format!("accs[{ji}] = acc;"));
+    for _ in a + 1..rank {
+        out.close("}");
+    }
+    out.close("}");
+    out.close("}");
 }
 
 /// Closes the loops of [`open_reduction`].

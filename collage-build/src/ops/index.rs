@@ -676,6 +676,14 @@ impl Operator for Pad {
                 PadMode::Edge => o.max(Expr::i(0)).min(Expr::i(kept - 1)),
                 PadMode::Wrap => o.modulo(Expr::i(kept)),
                 PadMode::Reflect if kept == 1 => Expr::i(0),
+                // One reflection at each end (pads shorter than the input, as exporters write
+                // them): `n - |n - |o||` with `n = kept - 1`, no remainder per element.
+                PadMode::Reflect if b < kept && e < kept => {
+                    let n = Expr::i(kept - 1);
+                    let a = o.clone().max(Expr::i(0).sub(o));
+                    let d = n.clone().sub(a);
+                    n.sub(d.clone().max(Expr::i(0).sub(d)))
+                }
                 PadMode::Reflect => {
                     let p = 2 * (kept - 1);
                     let m = o.modulo(Expr::i(p));
@@ -684,7 +692,29 @@ impl Operator for Pad {
             };
             idx.push(i.add(Expr::i(crop)));
         }
-        let load = Expr::load(Src::Arg(0), idx);
+        let mut load = Expr::load(Src::Arg(0), idx.clone());
+        // The innermost dimension reflected once at each end: a choice of three loads, each
+        // affine in the loop (reversed at the ends), which vectorises as masked loads; the
+        // index `n - |n - |o||` would be a gather per element (3x slower).
+        let last = x.rank().saturating_sub(1);
+        if let (PadMode::Reflect, Some(&(b, e))) = (self.mode, pads.get(last)) {
+            let kept = kept_len(x.shape[last], b, e) as i64;
+            if kept > 1 && (b > 0 || e > 0) && b < kept && e < kept {
+                let crop = b.min(0).unsigned_abs() as i64;
+                let o = Expr::var(last).sub(Expr::i(b.max(0)));
+                let at = |i: Expr| {
+                    let mut idx = idx.clone();
+                    idx[last] = i.add(Expr::i(crop));
+                    Expr::load(Src::Arg(0), idx)
+                };
+                let inner = Expr::select(
+                    o.clone().lt(Expr::i(kept)),
+                    at(o.clone()),
+                    at(Expr::i(2 * (kept - 1)).sub(o.clone())),
+                );
+                load = Expr::select(o.clone().lt(Expr::i(0)), at(Expr::i(0).sub(o)), inner);
+            }
+        }
         let body = match inside {
             None => load,
             Some(c) => {

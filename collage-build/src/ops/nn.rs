@@ -1149,8 +1149,23 @@ impl Moments {
     fn over_axes(d: DType, shape: &[usize], axes: &[usize]) -> Moments {
         let mut stat = shape.to_vec();
         let mut xi = Vec::new();
+        // Consecutive axes (an instance's or a group's image) are one reduction variable `r`
+        // read as `x[.., r / W, r % W]`, which the loads' simplification reads flat: one
+        // vectorised loop over the image, not a horizontal sum and a tail per row.
+        let consecutive = axes.len() > 1 && axes.windows(2).all(|w| w[1] == w[0] + 1);
+        let total: usize = axes.iter().map(|&a| shape[a]).product();
+        let mut below = total;
         for (k, s) in stat.iter_mut().enumerate() {
             match axes.iter().position(|&a| a == k) {
+                Some(_) if consecutive => {
+                    *s = 1;
+                    below /= shape[k];
+                    xi.push(
+                        Expr::rvar(0)
+                            .div(Expr::i(below as i64))
+                            .fmod(Expr::i(shape[k] as i64)),
+                    );
+                }
                 Some(p) => {
                     *s = 1;
                     xi.push(Expr::rvar(p));
@@ -1158,8 +1173,12 @@ impl Moments {
                 None => xi.push(Expr::var(k)),
             }
         }
-        // Reduction variable `p` runs over axis `axes[p]`.
-        let ext: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+        // Reduction variable `p` runs over axis `axes[p]` (over all of them when consecutive).
+        let ext: Vec<usize> = if consecutive {
+            vec![total]
+        } else {
+            axes.iter().map(|&a| shape[a]).collect()
+        };
         Moments {
             stat: TensorType::new(d, stat),
             extents: ext,

@@ -440,8 +440,15 @@ impl Operator for Softmax {
         let mk = Expr::load(m, kept.clone());
         let body = match self.soft {
             Soft::Softmax => {
-                let s = cx.reduce(kt, RedOp::Sum, extents, xr.sub(mk.clone()).exp(), None);
-                xo.sub(mk).exp().div(Expr::load(s, kept))
+                // exp(x - max) once, in memory (its two readers keep it from being inlined):
+                // the sum and the normalisation read it instead of computing it again. The
+                // reciprocal of the sum once per row, a product per element: a vector division
+                // costs as much as the exponential (as ONNX Runtime's MLAS does both).
+                let e = cx.stage(xt.clone(), xo.sub(mk).exp());
+                let er = Expr::load(e, in_index(rank, &axes, true, &rvars(axes.len())));
+                let recip = Some(Expr::c(d, 1.0).div(Expr::Acc));
+                let s = cx.reduce(kt, RedOp::Sum, extents, er, recip);
+                Expr::load(e, vars(rank)).mul(Expr::load(s, kept))
             }
             Soft::LogSoftmax => {
                 let s = cx.reduce(

@@ -23,7 +23,7 @@ pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
 pub use plan::{
     Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
-    PlanChoice, PlanKind, PlanePlan, RowPlan, Window, WindowPlan,
+    PlanChoice, PlanKind, PlanePlan, RowPlan, ScanPlan, Window, WindowPlan,
 };
 pub use print::fnv64;
 pub use program::{BufId, BufKind, Buffer, Group, Program, PANEL};

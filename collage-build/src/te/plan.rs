@@ -120,6 +120,8 @@ pub enum KernelPlan {
     Plane(PlanePlan),
     /// A contraction vectorised along its output channels, the reduction in blocks.
     Channel(ChannelPlan),
+    /// A cumulative reduction (CumSum): a running accumulator along one dimension.
+    Scan(ScanPlan),
 }
 
 impl KernelPlan {
@@ -134,6 +136,7 @@ impl KernelPlan {
             KernelPlan::Gemm(_) => PlanKind::RegisterBlocked,
             KernelPlan::Plane(_) => PlanKind::Plane,
             KernelPlan::Channel(_) => PlanKind::Channel,
+            KernelPlan::Scan(_) => PlanKind::Scan,
         }
     }
 
@@ -147,6 +150,7 @@ impl KernelPlan {
             KernelPlan::Gemm(g) => g.n_outer,
             KernelPlan::Plane(x) => x.n_outer,
             KernelPlan::Channel(c) => c.n_outer,
+            KernelPlan::Scan(x) => x.n_outer,
         }
     }
 
@@ -178,6 +182,7 @@ impl KernelPlan {
                 rows: c.rows as u8,
                 kc: c.kc as u16,
             },
+            KernelPlan::Scan(_) => PlanChoice::Scan,
         }
     }
 
@@ -242,6 +247,10 @@ impl KernelPlan {
                 ..x.clone()
             }),
             KernelPlan::Channel(c) => KernelPlan::Channel(c.clone()),
+            KernelPlan::Scan(x) => KernelPlan::Scan(ScanPlan {
+                value: e(&x.value),
+                ..x.clone()
+            }),
         }
     }
 }
@@ -281,6 +290,8 @@ pub enum PlanKind {
     Plane,
     /// [`KernelPlan::Channel`].
     Channel,
+    /// [`KernelPlan::Scan`].
+    Scan,
 }
 
 /// What a plan is made of that a tuner, a test's seed or the cost cache may choose: its kind
@@ -341,6 +352,8 @@ pub enum PlanChoice {
         /// Reduction block (1..=1024).
         kc: u16,
     },
+    /// [`KernelPlan::Scan`] (no knobs).
+    Scan,
 }
 
 /// An injective stage's loop nest.
@@ -370,6 +383,27 @@ pub struct WindowPlan {
     pub n_outer: usize,
     /// The guard split for the last dimension.
     pub window: Window,
+}
+
+/// A cumulative reduction (CumSum): output `i` along `axis` reduces the stage's value at the
+/// positions up to `i` (from `i` to the end when `reverse`; `i` itself excluded when
+/// `exclusive`). One running accumulator per position of the dimensions after `axis`, walked
+/// along it: one operation per element instead of a reduction per element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanPlan {
+    /// The dimension scanned; the dimensions before it are the outer (parallel) loop.
+    pub axis: usize,
+    /// Leading output dimensions flattened into the outer loop (`axis` of them).
+    pub outer: usize,
+    /// Their iterations.
+    pub n_outer: usize,
+    /// Walk from the end.
+    pub reverse: bool,
+    /// An output excludes its own position.
+    pub exclusive: bool,
+    /// The value at position `Var(axis)` (the stage's masked value, its reduction variable
+    /// replaced).
+    pub value: Expr,
 }
 
 /// A reduction computed one output at a time.
@@ -644,6 +678,14 @@ impl fmt::Display for KernelPlan {
                 "vector i{} lanes {}x{} jam i{}x{} tasks {}x{} columns {}",
                 c.c, c.vecs, c.lanes, c.row, c.rows, c.n_tiles, c.n_groups, c.group
             ),
+            KernelPlan::Scan(x) => write!(
+                f,
+                "along i{}{}{} outer {}",
+                x.axis,
+                if x.reverse { " reversed" } else { "" },
+                if x.exclusive { " exclusive" } else { "" },
+                x.outer
+            ),
         }
     }
 }
@@ -664,6 +706,7 @@ impl PlanChoice {
             PlanChoice::Gemm { .. } => PlanKind::RegisterBlocked,
             PlanChoice::Plane { .. } => PlanKind::Plane,
             PlanChoice::Channel { .. } => PlanKind::Channel,
+            PlanChoice::Scan => PlanKind::Scan,
         }
     }
 
@@ -702,6 +745,7 @@ impl PlanChoice {
                 ("rows", rows.into()),
                 ("kc", kc.into()),
             ],
+            PlanChoice::Scan => vec![],
         }
     }
 
@@ -722,6 +766,7 @@ impl PlanChoice {
                 ("prefetch", 0, 1),
             ],
             PlanKind::Channel => &[("vecs", 1, 4), ("rows", 1, 24), ("kc", 1, 1024)],
+            PlanKind::Scan => &[],
         }
     }
 
@@ -754,6 +799,7 @@ impl PlanChoice {
                 rows: value("rows") as u8,
                 kc: value("kc") as u16,
             },
+            PlanKind::Scan => PlanChoice::Scan,
         }
     }
 }
@@ -769,11 +815,12 @@ impl PlanKind {
             PlanKind::RegisterBlocked => "register-blocked",
             PlanKind::Plane => "depthwise",
             PlanKind::Channel => "channel-vectorised",
+            PlanKind::Scan => "scan",
         }
     }
 
     /// Every kind.
-    pub const ALL: [PlanKind; 7] = [
+    pub const ALL: [PlanKind; 8] = [
         PlanKind::Elementwise,
         PlanKind::Window,
         PlanKind::Plain,
@@ -781,6 +828,7 @@ impl PlanKind {
         PlanKind::RegisterBlocked,
         PlanKind::Plane,
         PlanKind::Channel,
+        PlanKind::Scan,
     ];
 }
 

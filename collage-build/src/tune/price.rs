@@ -123,6 +123,9 @@ fn rate(s: PlanKind) -> f64 {
         PlanKind::Plain | PlanKind::Window => 1_500.0,
         PlanKind::Plane => 13_000.0,
         PlanKind::Elementwise => 1_300.0,
+        // Not calibrated: a running sum, one dependent step per element, rated as elementwise
+        // stages are.
+        PlanKind::Scan => 1_300.0,
     }
 }
 
@@ -185,6 +188,12 @@ pub fn estimate_us(p: &Program, id: u32) -> f64 {
                 .plan(id, Isa::Avx512)
                 .unwrap_or_else(|| panic!("stage {} is not planned", st.name))
                 .kind();
+            match kind {
+                // One step per element, not the reduction's work (its masked length).
+                PlanKind::Scan => return st.ty.numel() as f64 / rate(kind) + 0.05,
+                PlanKind::Elementwise => {}
+                _ => {}
+            }
             let rate = match kind {
                 PlanKind::Elementwise => elementwise_rate(st),
                 s => rate(s),

@@ -25,7 +25,7 @@ use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
 use crate::te::{
     BinOp, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, PlanChoice,
-    PlanKind, Program, RedOp, RowPlan, Scalar, Src, Stage, UnOp, WindowPlan,
+    PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, WindowPlan,
 };
 pub(crate) use plane::MAX_LANES;
 
@@ -34,7 +34,8 @@ pub(crate) const CACHE_LINE: usize = 64;
 
 /// The order in which a stage's kinds are tried when nothing is chosen: the first that fits
 /// is its default plan.
-const ORDER: [PlanKind; 7] = [
+const ORDER: [PlanKind; 8] = [
+    PlanKind::Scan,
     PlanKind::Plane,
     PlanKind::Channel,
     PlanKind::RegisterBlocked,
@@ -159,6 +160,7 @@ fn plan_kind(
                 window,
             }))
         }
+        (PlanKind::Scan, Some(_)) => scan_plan(st).map(KernelPlan::Scan),
         (PlanKind::Plain, Some(r)) => {
             let outer = outer_dims(shape);
             // Vectorised only over a long enough innermost reduction: a pooling window's three
@@ -401,6 +403,55 @@ pub(crate) fn guard(body: &Expr, op: RedOp, dtype: DType, v: u32, rank: usize) -
         }
     }
     Some(g)
+}
+
+/// The scan plan of a cumulative reduction (CumSum, as `ops::reduce::cumulative` lowers it):
+/// one reduction variable as long as output dimension `a`, a body `take ? value : init` with
+/// `take` comparing the reduction variable with `i_a` (`r0 <= i_a`: inclusive, forwards), and
+/// `value` free of `i_a`. `None` for any other reduction, or one whose accumulators (a position
+/// of every dimension after `a`) would not fit on the stack.
+fn scan_plan(st: &Stage) -> Option<ScanPlan> {
+    let r = st.reduce.as_ref()?;
+    let shape = &st.ty.shape;
+    if r.extents.len() != 1 {
+        return None;
+    }
+    let Expr::Select(take, value, other) = &st.body else {
+        return None;
+    };
+    if **other != Expr::Const(r.op.init(st.ty.dtype)) {
+        return None;
+    }
+    let Expr::Bin(cmp, j, i) = &**take else {
+        return None;
+    };
+    let (Expr::RVar(0), &Expr::Var(a)) = (&**j, &**i) else {
+        return None;
+    };
+    let (reverse, exclusive) = match cmp {
+        BinOp::Le => (false, false),
+        BinOp::Lt => (false, true),
+        BinOp::Ge => (true, false),
+        BinOp::Gt => (true, true),
+        _ => return None,
+    };
+    let axis = a as usize;
+    let inner: usize = shape.get(axis + 1..)?.iter().product();
+    if shape.get(axis) != Some(&r.extents[0])
+        || uses_var(value, a)
+        || inner * st.ty.dtype.size() > MAX_ACC_BYTES
+    {
+        return None;
+    }
+    let value = value.rewrite(&mut |x| matches!(x, Expr::RVar(0)).then(|| Expr::var(axis)));
+    Some(ScanPlan {
+        axis,
+        outer: axis,
+        n_outer: shape[..axis].iter().product(),
+        reverse,
+        exclusive,
+        value,
+    })
 }
 
 /// Shortest innermost reduction a plain schedule vectorises (`#pragma omp simd`).
