@@ -378,9 +378,11 @@ fn cast_flags(cx: &OpCx) -> OpResult<i64> {
 }
 
 fn softplus(x: Expr, d: DType) -> Expr {
-    // log(1 + exp(x)), stable for large x.
-    let big = x.clone().gt(Expr::c(d, 20.0));
-    Expr::select(big, x.clone(), Expr::c(d, 1.0).add(x.exp()).log())
+    // log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): stable for any x, and without a
+    // select, whose unused side GCC would move into a branch that keeps the loop scalar.
+    let pos = x.clone().max(Expr::c(d, 0.0));
+    let neg_abs = Expr::c(d, 0.0).sub(x.abs());
+    pos.add(Expr::c(d, 1.0).add(neg_abs.exp()).log())
 }
 
 /// The registry of this family.
