@@ -1144,3 +1144,48 @@ fn names_with_newlines_and_comment_ends_compile() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Empty dimensions through the lowerings that flatten or scan them (a global max pool and an
+/// instance norm over an empty image, a CumSum over an empty axis, Einsum with an empty
+/// contraction): compiled or a clear error, never a panic.
+#[test]
+fn empty_dimensions_in_flattened_and_scanned_reductions_do_not_panic() {
+    let axis = int_scalar("a", 1);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "GlobalMaxPool",
+            one_node("GlobalMaxPool", Some(&[1, 2, 0, 3]), &["x"], vec![], vec![]),
+        ),
+        (
+            "InstanceNormalization",
+            one_node(
+                "InstanceNormalization",
+                Some(&[1, 2, 3, 0]),
+                &["x", "s", "b"],
+                vec![floats("s", &[1.0, 1.0]), floats("b", &[0.0, 0.0])],
+                vec![],
+            ),
+        ),
+        ("CumSum", with_const("CumSum", &[2, 0, 3], axis)),
+        (
+            "Einsum",
+            one_node(
+                "Einsum",
+                Some(&[2, 0]),
+                &["x", "w"],
+                vec![proto::TensorProto {
+                    dims: vec![0, 3],
+                    ..floats("w", &[])
+                }],
+                vec![attr("equation", A::S("ij,jk->ik"))],
+            ),
+        ),
+    ];
+    for (op, bytes) in cases {
+        match try_compile(&bytes) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => assert_clear(&e, op, op),
+            Err(p) => panic!("{op} panicked: {p}"),
+        }
+    }
+}

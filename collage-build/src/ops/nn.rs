@@ -1100,7 +1100,7 @@ impl Operator for GlobalPool {
         let x = cx.input(0).clone();
         let out = cx.output(0).clone();
         let mut ext: Vec<usize> = x.shape[2..].to_vec();
-        let xi = if self.max && ext.len() > 1 {
+        let xi = if self.max && ext.len() > 1 && ext.iter().all(|&e| e > 0) {
             // One reduction over the whole image, `x[n, c, r / W, r % W]`, which the loads'
             // simplification reads flat: a max vectorised over 56 x 56 pixels, not 56 rows of
             // 56 (each with its own horizontal reduction and tail).
@@ -1152,8 +1152,8 @@ impl Moments {
         // Consecutive axes (an instance's or a group's image) are one reduction variable `r`
         // read as `x[.., r / W, r % W]`, which the loads' simplification reads flat: one
         // vectorised loop over the image, not a horizontal sum and a tail per row.
-        let consecutive = axes.len() > 1 && axes.windows(2).all(|w| w[1] == w[0] + 1);
         let total: usize = axes.iter().map(|&a| shape[a]).product();
+        let consecutive = axes.len() > 1 && total > 0 && axes.windows(2).all(|w| w[1] == w[0] + 1);
         let mut below = total;
         for (k, s) in stat.iter_mut().enumerate() {
             match axes.iter().position(|&a| a == k) {

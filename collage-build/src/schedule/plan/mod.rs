@@ -439,6 +439,7 @@ fn scan_plan(st: &Stage) -> Option<ScanPlan> {
     let inner: usize = shape.get(axis + 1..)?.iter().product();
     if shape.get(axis) != Some(&r.extents[0])
         || uses_var(value, a)
+        || inner == 0
         || inner * st.ty.dtype.size() > MAX_ACC_BYTES
     {
         return None;
