@@ -208,7 +208,7 @@ CL_FLOAT_OPS(double, f64)
 static inline float cl_erff(float x) {
     float a = fabsf(x), t = CL_ERF_POLY(a);
     t = t * t; t = t * t; t = t * t; t = t * t;
-    return a < 0.5f ? CL_ERF_SMALL(x, x * x) : copysignf(1.0f - 1.0f / t, x);
+    return cl_sel_f32(a < 0.5f, CL_ERF_SMALL(x, x * x), copysignf(1.0f - 1.0f / t, x));
 }
 
 /* exp for f32 without a library call, so loops and epilogues that use it vectorise (f64 keeps
@@ -219,7 +219,7 @@ static inline float cl_erff(float x) {
    stays NaN (it fails both comparisons). */
 #define CL_EXP_POLY(r) (1.0f + (r) * (1.0f + (r) * (0.5f + (r) * (0.16666667f + (r) * (0.041666668f + (r) * (0.008333334f + (r) * 0.0013888889f))))))
 static inline float cl_expf(float x) {
-    float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float c = cl_sel_f32(x < -104.0f, -104.0f, cl_sel_f32(x > 89.0f, 89.0f, x));
     float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
     float r = c - n * 0.693145752f - n * 1.42860677e-6f;
     union { float f; uint32_t u; } b = { t }, s1, s2;
@@ -237,7 +237,7 @@ static inline float cl_tanhf(float x) {
     float a = fabsf(x), x2 = x * x;
     float big = copysignf(1.0f - 2.0f / (cl_expf(2.0f * a) + 1.0f), x);
     float small = x * (1.0f + x2 * (-0.33333334f + x2 * (0.13333334f + x2 * (-0.05396825f + x2 * 0.02186949f))));
-    return a < 0.125f ? small : big;
+    return cl_sel_f32(a < 0.125f, small, big);
 }
 
 /* log for f32 without a library call, so that it vectorises (glibc's logf is a scalar call):
@@ -247,8 +247,8 @@ static inline float cl_tanhf(float x) {
    x NaN, inf inf, NaN stays NaN. */
 static inline float cl_logf(float x) {
     cl_f32_bits b = { x }, sc = { x * 33554432.0f };
-    uint32_t sub = b.u < 0x00800000u;
-    uint32_t u = sub ? sc.u : b.u, ix = u - 0x3f3504f3u;
+    uint32_t sub = b.u < 0x00800000u, ms = 0u - sub;
+    uint32_t u = (sc.u & ms) | (b.u & ~ms), ix = u - 0x3f3504f3u;
     int32_t k = ((int32_t)ix >> 23) - 25 * (int32_t)sub;
     cl_f32_bits m = { .u = (ix & 0x007fffffu) + 0x3f3504f3u };
     float f = m.f - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z, dk = (float)k;
@@ -257,7 +257,7 @@ static inline float cl_logf(float x) {
     cl_f32_bits r = { s * (hf + rr) + dk * 9.0580006145e-06f - hf + f + dk * 0.69313812256f };
     /* 0, negative, inf and NaN: one merge on the bits (a select would let GCC move the division
        into a branch, which it then cannot vectorise). */
-    cl_f32_bits sp = { x == 0.0f ? -INFINITY : (x < 0.0f ? NAN : x) };
+    cl_f32_bits sp = { cl_sel_f32(x == 0.0f, -INFINITY, cl_sel_f32(x < 0.0f, NAN, x)) };
     uint32_t special = 0u - (uint32_t)(u - 0x00800000u >= 0x7f000000u);
     r.u = (r.u & ~special) | (sp.u & special);
     return r.f;
@@ -275,7 +275,7 @@ static inline float cl_logf(float x) {
    where the product may reach 2^50 (the rounding by 1.5 * 2^52 needs less; such a product is an
    integer already, which contributes nothing). */
 #define CL_TURN_(x, c, big) ({ double tq_ = (x) * (c), q_ = (tq_ + 0x1.8p52) - 0x1.8p52; \
-    tq_ - ((big) && fabs(tq_) >= 0x1p50 ? tq_ : q_); })
+    tq_ - cl_sel_f64((big) && fabs(tq_) >= 0x1p50, tq_, q_); })
 #define CL_MOD1_(s) ((s) - (((s) + 0x1.8p52) - 0x1.8p52))
 static inline float cl_sincosf_(float x, int64_t shift) {
     const double magic = 0x1.8p52;
@@ -289,14 +289,14 @@ static inline float cl_sincosf_(float x, int64_t shift) {
     s = CL_MOD1_(s) + xd * (0x1.4acc9ep-145 + 0x1.0e41p-172 + 0x1.fe516p-194);
     double f = 4.0 * s, th = f + magic;
     int huge = fabsf(x) >= 0x1p28f;
-    r = huge ? (f - (th - magic)) * 1.5707963267948966 : r;
-    cl_f64_bits qn = { huge ? th : t };
+    r = cl_sel_f64(huge, (f - (th - magic)) * 1.5707963267948966, r);
+    cl_f64_bits qn = { cl_sel_f64(huge, th, t) };
     double r2 = r * r;
     double sn = r + r * r2 * (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 + r2 * (1.0 / 362880 + r2 * (-1.0 / 39916800)))));
     double cs = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 + r2 * (-1.0 / 3628800 + r2 * (1.0 / 479001600))))));
     int64_t quad = (int64_t)qn.u + shift;
-    double v = (quad & 1) ? cs : sn;
-    v = (quad & 2) ? -v : v;
+    double v = cl_sel_f64((int)(quad & 1), cs, sn);
+    v = cl_sel_f64((int)((quad >> 1) & 1), -v, v);
     /* sin(-0) is -0: the zero's sign bit, put back on the bits (a select would move the
        arithmetic into a branch that GCC does not vectorise). */
     cl_f32_bits b = { x }, o = { (float)v };
