@@ -775,16 +775,7 @@ fn emit_stage(
     debug_assert!(split.is_none() || st.reduce.is_none());
     let st_strides = strides(shape);
     out.open("for (int64_t o = begin; o < end; ++o) {");
-    // Unravel the flattened outer index.
-    let mut rem = "o".to_string();
-    for k in (0..nd).rev() {
-        if k == 0 {
-            out.line(format!("const int64_t i{k} = {rem};"));
-        } else {
-            out.line(format!("const int64_t i{k} = {rem} % {};", shape[k]));
-            rem = format!("({rem} / {})", shape[k]);
-        }
-    }
+    unravel_outer(out, shape, nd);
     let loop_dims = rank;
     let mut body = st.body.clone();
     // A group's fill computes the last dimension's columns [c0, c1) only.
@@ -1572,6 +1563,20 @@ fn accumulate(op: RedOp, dtype: DType, acc: &str, v: &str) -> String {
     }
 }
 
+/// The variables `i0..i{nd-1}` of the flattened outer index `o` over the leading `nd`
+/// dimensions of `shape`.
+fn unravel_outer(out: &mut CWriter, shape: &[usize], nd: usize) {
+    let mut rem = "o".to_string();
+    for k in (0..nd).rev() {
+        if k == 0 {
+            out.line(format!("const int64_t i{k} = {rem};"));
+        } else {
+            out.line(format!("const int64_t i{k} = {rem} % {};", shape[k]));
+            rem = format!("({rem} / {})", shape[k]);
+        }
+    }
+}
+
 /// A cumulative reduction as running accumulators ([`ScanPlan`]): the dimensions before the
 /// scanned one are the outer loop, one accumulator per position of those after it (a row the
 /// compiler vectorises), and the scanned dimension is walked in order between them.
@@ -1584,15 +1589,7 @@ fn emit_scan(out: &mut CWriter, em: &Emitter, id: u32, st: &Stage, sp: &ScanPlan
     let inner: usize = shape[a + 1..].iter().product();
     let st_strides = strides(shape);
     out.open("for (int64_t o = begin; o < end; ++o) {");
-    let mut rem = "o".to_string();
-    for k in (0..a).rev() {
-        if k == 0 {
-            out.line(format!("const int64_t i{k} = {rem};"));
-        } else {
-            out.line(format!("const int64_t i{k} = {rem} % {};", shape[k]));
-            rem = format!("({rem} / {})", shape[k]);
-        }
-    }
+    unravel_outer(out, shape, a);
     let init = scalar(r.op.init(st.ty.dtype));
     out.line(format!("{cty} accs[{inner}];"));
     out.line(format!(

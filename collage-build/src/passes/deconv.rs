@@ -16,50 +16,17 @@
 //! deconvolution compute it). With stride 1 it is a convolution with the kernel flipped
 //! ([`as_conv`]). Where the output is not Col2Im's image of exactly the input's positions
 //! ([`conv_transpose_fold`]), the node stays as it is.
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use crate::error::Result;
 use crate::ir::{DType, Graph, Node, Tensor, ValueId};
 use crate::ops::nn::conv_transpose_fold;
-use crate::ops::{lookup, Attr, Attrs, OpCx};
+use crate::ops::Attr;
+
+use super::op;
 
 /// Rewrites every foldable `ConvTranspose` (module docs), then types the new values.
 pub fn run(g: &mut Graph) -> Result<()> {
-    let mut replaced: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
-    for ni in 0..g.nodes.len() {
-        if let Some(nodes) = rewrite(g, ni) {
-            replaced.insert(ni, nodes);
-        }
-    }
-    if replaced.is_empty() {
-        return Ok(());
-    }
-    // Each replacement takes its node's place, keeping the nodes in topological order.
-    let old = std::mem::take(&mut g.nodes);
-    for (i, n) in old.into_iter().enumerate() {
-        match replaced.remove(&i) {
-            Some(nodes) => g.nodes.extend(nodes),
-            None => g.nodes.push(n),
-        }
-    }
-    super::infer::infer_and_fold(g)
-}
-
-/// An operator of `op_type` with `attrs`, taking `n_inputs` inputs.
-fn op(
-    op_type: &str,
-    attrs: Vec<(&str, Attr)>,
-    n_inputs: usize,
-) -> Option<Arc<dyn crate::ops::Operator>> {
-    let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-    lookup(op_type)?(&OpCx {
-        attrs: &attrs,
-        opset: 18,
-        n_inputs,
-        n_outputs: 1,
-    })
-    .ok()
+    super::replace_nodes(g, rewrite)
 }
 
 /// With stride 1 a transposed convolution is a convolution: `Y = Conv(X, W'', B)` with

@@ -4,49 +4,17 @@
 //! product every backend runs fast (library GEMMs, the register-blocked plan, which packs a
 //! strided operand itself), with the permutations as copies or fused into their neighbours.
 //! Equations that are not a product of two operands ([`einsum_as_matmul`]) stay as they are.
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use crate::error::Result;
 use crate::ir::{Graph, Node, Tensor, ValueId};
 use crate::ops::misc::einsum_as_matmul;
-use crate::ops::{lookup, Attr, Attrs, OpCx};
+use crate::ops::Attr;
+
+use super::op;
 
 /// Rewrites every two-operand `Einsum` that is a matrix product, then types the new values.
 pub fn run(g: &mut Graph) -> Result<()> {
-    let mut replaced: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
-    for ni in 0..g.nodes.len() {
-        if let Some(nodes) = rewrite(g, ni) {
-            replaced.insert(ni, nodes);
-        }
-    }
-    if replaced.is_empty() {
-        return Ok(());
-    }
-    let old = std::mem::take(&mut g.nodes);
-    for (i, n) in old.into_iter().enumerate() {
-        match replaced.remove(&i) {
-            Some(nodes) => g.nodes.extend(nodes),
-            None => g.nodes.push(n),
-        }
-    }
-    super::infer::infer_and_fold(g)
-}
-
-/// An operator of `op_type` with `attrs`, taking `n_inputs` inputs.
-fn op(
-    op_type: &str,
-    attrs: Vec<(&str, Attr)>,
-    n_inputs: usize,
-) -> Option<Arc<dyn crate::ops::Operator>> {
-    let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-    lookup(op_type)?(&OpCx {
-        attrs: &attrs,
-        opset: 18,
-        n_inputs,
-        n_outputs: 1,
-    })
-    .ok()
+    super::replace_nodes(g, rewrite)
 }
 
 /// The nodes computing Einsum node `ni` as a matrix product (their values and constants added
@@ -146,6 +114,7 @@ fn rewrite(g: &mut Graph, ni: usize) -> Option<Vec<Node>> {
 mod tests {
     use super::*;
     use crate::ops::misc::EinsumMatMul;
+    use crate::ops::{lookup, Attrs, OpCx};
 
     fn einsum(eq: &str, a: &[usize], b: &[usize]) -> Option<EinsumMatMul> {
         let attrs = Attrs(

@@ -6,8 +6,12 @@ mod deconv;
 mod einsum;
 mod infer;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use crate::error::Result;
-use crate::ir::{verify, Graph};
+use crate::ir::{verify, Graph, Node};
+use crate::ops::{lookup, Attr, Attrs, OpCx, Operator};
 
 pub use infer::infer_and_fold;
 
@@ -33,4 +37,46 @@ pub fn run(g: &mut Graph, passes: &[Pass]) -> Result<()> {
         verify(g, name)?;
     }
     Ok(())
+}
+
+/// Replaces every node `rewrite` gives nodes for by those nodes, in its place (the graph stays
+/// in topological order), then types the new values. Nothing changes where it gives none.
+pub(crate) fn replace_nodes(
+    g: &mut Graph,
+    mut rewrite: impl FnMut(&mut Graph, usize) -> Option<Vec<Node>>,
+) -> Result<()> {
+    let mut replaced: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
+    for ni in 0..g.nodes.len() {
+        if let Some(nodes) = rewrite(g, ni) {
+            replaced.insert(ni, nodes);
+        }
+    }
+    if replaced.is_empty() {
+        return Ok(());
+    }
+    let old = std::mem::take(&mut g.nodes);
+    for (i, n) in old.into_iter().enumerate() {
+        match replaced.remove(&i) {
+            Some(nodes) => g.nodes.extend(nodes),
+            None => g.nodes.push(n),
+        }
+    }
+    infer_and_fold(g)
+}
+
+/// An operator of `op_type` (opset 18) with `attrs`, taking `n_inputs` inputs, for a pass's
+/// new nodes.
+pub(crate) fn op(
+    op_type: &str,
+    attrs: Vec<(&str, Attr)>,
+    n_inputs: usize,
+) -> Option<Arc<dyn Operator>> {
+    let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    lookup(op_type)?(&OpCx {
+        attrs: &attrs,
+        opset: 18,
+        n_inputs,
+        n_outputs: 1,
+    })
+    .ok()
 }

@@ -188,11 +188,9 @@ pub fn estimate_us(p: &Program, id: u32) -> f64 {
                 .plan(id, Isa::Avx512)
                 .unwrap_or_else(|| panic!("stage {} is not planned", st.name))
                 .kind();
-            match kind {
-                // One step per element, not the reduction's work (its masked length).
-                PlanKind::Scan => return st.ty.numel() as f64 / rate(kind) + 0.05,
-                PlanKind::Elementwise => {}
-                _ => {}
+            // A scan takes one step per element, not the reduction's work (its masked length).
+            if kind == PlanKind::Scan {
+                return st.ty.numel() as f64 / rate(kind) + 0.05;
             }
             let rate = match kind {
                 PlanKind::Elementwise => elementwise_rate(st),
