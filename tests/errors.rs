@@ -172,7 +172,12 @@ fn symbolic_dimensions_are_explained() {
         &["y"],
     );
     let msg = compile(&bytes).unwrap_err().to_string();
-    assert!(msg.contains("symbolic") && msg.contains("`x`"), "{msg}");
+    assert!(
+        msg.contains("no static size")
+            && msg.contains("`x` dimension 0 (`N`)")
+            && msg.contains("--input-shape x=N,3"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen::Compiled;
 use crate::error::{io_err, Error, Result};
+use crate::frontend::onnx::Bindings;
 use crate::ir::Graph;
 
 /// Compiles models from `build.rs`.
@@ -10,13 +11,19 @@ use crate::ir::Graph;
 /// ```no_run
 /// collage_build::Build::new()
 ///     .onnx("models/mnist.onnx")
+///     // an exported model with symbolic dimensions: sizes for them
+///     .onnx("models/ocr.onnx")
+///     .dim("batch", 1)
+///     .input_shape("x", [1, 3, 48, 320])
 ///     .scan("src")
 ///     .compile()
 ///     .unwrap();
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Build {
-    onnx: Vec<PathBuf>,
+    onnx: Vec<OnnxModel>,
+    /// Calls that bind nothing (`dim` before any `onnx`), reported by `compile`.
+    misuse: Vec<String>,
     scan: Vec<PathBuf>,
     cost_cache: Option<PathBuf>,
     backends: String,
@@ -27,6 +34,50 @@ pub struct Build {
     manifest_dir: Option<PathBuf>,
     cargo: bool,
 }
+
+/// An ONNX model to compile, with sizes for its symbolic dimensions.
+#[derive(Clone, Debug)]
+struct OnnxModel {
+    path: PathBuf,
+    bindings: Bindings,
+    /// A dimension compiled at each of these sizes, one variant each.
+    variants: Option<(String, Vec<usize>)>,
+}
+
+impl OnnxModel {
+    /// The model's graph, or one per variant.
+    fn graphs(&self, full: &Path) -> Result<Vec<(Option<String>, Graph)>> {
+        let Some((dim, sizes)) = &self.variants else {
+            return Ok(vec![(
+                None,
+                crate::frontend::onnx::load_with(full, &self.bindings)?,
+            )]);
+        };
+        if sizes.is_empty() {
+            return Err(Error::Model {
+                model: full.display().to_string(),
+                detail: format!("Build::variants(\"{dim}\", ..) lists no sizes"),
+            });
+        }
+        let mut out = Vec::new();
+        for &n in sizes {
+            let suffix = format!("{}_{n}", crate::ir::sanitize(dim));
+            if out.iter().any(|(s, _)| s == &Some(suffix.clone())) {
+                return Err(Error::Model {
+                    model: full.display().to_string(),
+                    detail: format!("Build::variants(\"{dim}\", ..) lists the size {n} twice"),
+                });
+            }
+            let b = self.bindings.clone().dim(dim.clone(), n);
+            out.push((Some(suffix), crate::frontend::onnx::load_with(full, &b)?));
+        }
+        Ok(out)
+    }
+}
+
+/// A model to compile: its file key, where it comes from, and its graphs (one per variant, with
+/// the variant's method suffix).
+type Job = (String, String, Result<Vec<(Option<String>, Graph)>>);
 
 /// One model compiled by [`Build::compile`].
 #[derive(Clone, Debug)]
@@ -68,7 +119,53 @@ impl Build {
 
     /// Compiles an ONNX model; bind it with `collage::model!(Name = "<same path>")`.
     pub fn onnx(mut self, path: impl Into<PathBuf>) -> Self {
-        self.onnx.push(path.into());
+        self.onnx.push(OnnxModel {
+            path: path.into(),
+            bindings: Bindings::new(),
+            variants: None,
+        });
+        self
+    }
+
+    /// The model added last by [`Build::onnx`], or a misuse noted for `compile`.
+    fn last(&mut self, call: &str) -> Option<&mut OnnxModel> {
+        if self.onnx.is_empty() {
+            self.misuse.push(format!(
+                "Build::{call} binds a dimension of the model added last by .onnx(..), and none was added before it"
+            ));
+        }
+        self.onnx.last_mut()
+    }
+
+    /// Binds every input dimension named `name` (its ONNX `dim_param`) of the model added last
+    /// by [`Build::onnx`] to `size`: `.onnx("ocr.onnx").dim("batch", 1)`.
+    pub fn dim(mut self, name: &str, size: usize) -> Self {
+        if let Some(m) = self.last("dim") {
+            m.bindings.dims.insert(name.to_string(), size);
+        }
+        self
+    }
+
+    /// Binds the input `name` of the model added last by [`Build::onnx`] to `shape` (named or
+    /// unnamed `?` dimensions alike; its static dimensions must agree):
+    /// `.onnx("ocr.onnx").input_shape("x", [1, 3, 48, 320])`.
+    pub fn input_shape(mut self, name: &str, shape: impl AsRef<[usize]>) -> Self {
+        if let Some(m) = self.last("input_shape") {
+            m.bindings
+                .shapes
+                .insert(name.to_string(), shape.as_ref().to_vec());
+        }
+        self
+    }
+
+    /// Compiles the model added last by [`Build::onnx`] once for each of `sizes` of its
+    /// dimension `dim` (a `dim_param`): one `Model` type with a method per size,
+    /// `run_<dim>_<size>` (`run_batch_8`), sharing one arena (the largest variant's) and one copy
+    /// of the weights. `.onnx("ocr.onnx").variants("batch", [1, 8, 32])`.
+    pub fn variants(mut self, dim: &str, sizes: impl AsRef<[usize]>) -> Self {
+        if let Some(m) = self.last("variants") {
+            m.variants = Some((dim.to_string(), sizes.as_ref().to_vec()));
+        }
         self
     }
 
@@ -163,7 +260,14 @@ impl Build {
             schedule_seed: None,
             no_layout: false,
             no_groups: false,
+            bindings: Bindings::default(),
         };
+        if !self.misuse.is_empty() {
+            return Err(Error::Model {
+                model: "*".into(),
+                detail: self.misuse.join("; "),
+            });
+        }
         let mut cache_path = None;
         if let Some(cache) = &self.cost_cache {
             let path = root.join(cache);
@@ -182,14 +286,14 @@ impl Build {
             }
             cache_path = Some(path);
         }
-        let mut jobs: Vec<(String, String, Result<Graph>)> = Vec::new();
-        for p in &self.onnx {
-            let full = root.join(p);
+        let mut jobs: Vec<Job> = Vec::new();
+        for m in &self.onnx {
+            let full = root.join(&m.path);
             self.rerun(&full);
             jobs.push((
-                symbol_for(&p.to_string_lossy()),
+                symbol_for(&m.path.to_string_lossy()),
                 full.display().to_string(),
-                crate::frontend::onnx::load(&full),
+                m.graphs(&full),
             ));
         }
         for dir in &self.scan {
@@ -200,11 +304,21 @@ impl Build {
                 for m in found {
                     let label = file.display().to_string();
                     jobs.push(match m {
-                        Ok(m) => (
-                            crate::frontend::dsl::symbol_for_dsl(&m.name),
-                            label,
-                            m.to_graph(&root),
-                        ),
+                        Ok(m) => {
+                            let label = match m.onnx() {
+                                Some((path, b)) => {
+                                    let full = root.join(path);
+                                    self.rerun(&full);
+                                    format!("{} (model! in {label}, {})", full.display(), b.key())
+                                }
+                                None => label,
+                            };
+                            (
+                                m.symbol(),
+                                label,
+                                m.to_graph(&root).map(|g| vec![(None, g)]),
+                            )
+                        }
                         Err(e) => ("dsl".into(), label, Err(e)),
                     });
                 }
@@ -232,24 +346,36 @@ impl Build {
             } else {
                 crate::tune::CostCache::new()
             };
-            for (_, label, g) in &jobs {
-                let Ok(g) = g else { continue };
-                self.tune_one(
-                    g.clone(),
-                    label,
-                    &out,
-                    &opts,
-                    &target,
-                    &mut cache,
-                    path,
-                    evolve,
-                )?;
+            for (_, label, gs) in &jobs {
+                let Ok(gs) = gs else { continue };
+                for (_, g) in gs {
+                    self.tune_one(
+                        g.clone(),
+                        label,
+                        &out,
+                        &opts,
+                        &target,
+                        &mut cache,
+                        path,
+                        evolve,
+                    )?;
+                }
             }
             opts.cache = Some(std::sync::Arc::new(cache));
         }
         let mut built = Built::default();
         let mut errors = Vec::new();
         let mut misses = Vec::new();
+        // Two models written to the same files would overwrite each other.
+        let mut symbols = std::collections::BTreeMap::new();
+        for (symbol, label, _) in &jobs {
+            if let Some(first) = symbols.insert(symbol.clone(), label.clone()) {
+                errors.push(Error::Model {
+                    model: label.clone(),
+                    detail: format!("compiled twice ({first} too): each model is added once"),
+                });
+            }
+        }
         for (symbol, label, g) in jobs {
             match g.and_then(|g| self.compile_one(g, &symbol, &label, &out, &opts)) {
                 Ok((m, warning)) => {
@@ -358,33 +484,61 @@ impl Build {
         Ok(())
     }
 
-    /// Compiles one model; also returns (kernels priced without measurement, model source) when
-    /// there were any.
+    /// Compiles one model (each of its variants); also returns (kernels priced without
+    /// measurement, model source) when there were any.
     fn compile_one(
         &self,
-        g: Graph,
+        graphs: Vec<(Option<String>, Graph)>,
         symbol: &str,
         source: &str,
         out: &Path,
         opts: &crate::driver::Options,
     ) -> Result<(BuiltModel, Option<(usize, String)>)> {
         let source = source.to_string();
-        let c = crate::driver::compile(g, symbol, opts)?;
-        for w in &c.warnings {
+        let mut cs = Vec::new();
+        let mut suffixes = Vec::new();
+        for (suffix, g) in graphs {
+            let sym = match &suffix {
+                Some(s) => format!("{symbol}_{s}"),
+                None => symbol.to_string(),
+            };
+            cs.push(crate::driver::compile(g, &sym, opts)?);
+            suffixes.push(suffix);
+        }
+        let misses: usize = cs
+            .iter()
+            .filter_map(|c| c.placement.as_ref())
+            .map(|p| p.misses)
+            .sum();
+        for w in cs.iter().flat_map(|c| &c.warnings) {
             self.warn(&format!("model {source}: {w}"));
         }
-        let misses = c
-            .placement
-            .as_ref()
-            .filter(|p| p.misses > 0)
-            .map(|p| (p.misses, source));
-        let files = write_sources(&c, out)?;
+        let misses = (misses > 0).then_some((misses, source));
+        let (files, c_files) = if suffixes.iter().all(Option::is_none) && cs.len() == 1 {
+            let files = write_sources(&cs[0], out)?;
+            let c = vec![files[1].clone()];
+            (files, c)
+        } else {
+            let named: Vec<(&str, Compiled)> = suffixes
+                .iter()
+                .map(|s| s.as_deref().unwrap_or(""))
+                .zip(cs.iter().cloned())
+                .collect();
+            write_variant_sources(symbol, named, out)?
+        };
+        let c = &cs[0];
         if self.cargo {
-            for lib in crate::toolchain::link_libs(&c.c_source) {
+            let mut libs: Vec<String> = cs
+                .iter()
+                .flat_map(|c| crate::toolchain::link_libs(&c.c_source))
+                .collect();
+            libs.sort_unstable();
+            libs.dedup();
+            for lib in libs {
                 println!("cargo:rustc-link-lib={lib}");
             }
             cc::Build::new()
-                .file(&files[1])
+                .files(&c_files)
                 .std("c99")
                 .opt_level(3)
                 .flag_if_supported("-fno-math-errno")
@@ -401,8 +555,9 @@ impl Build {
             BuiltModel {
                 name: c.name.clone(),
                 symbol: symbol.to_string(),
-                arena_size: c.arena_size,
-                weight_bytes: c.weights.len(),
+                arena_size: cs.iter().map(|c| c.arena_size).max().unwrap_or(0),
+                weight_bytes: std::fs::metadata(out.join(format!("{symbol}.weights")))
+                    .map_or(c.weights.len(), |m| m.len() as usize),
                 files,
             },
             misses,
@@ -420,7 +575,7 @@ impl Build {
         out: &Path,
         opts: &crate::driver::Options,
     ) -> Result<Vec<PathBuf>> {
-        let g = crate::frontend::onnx::load(model)?;
+        let g = crate::frontend::onnx::load_with(model, &opts.bindings)?;
         let symbol = symbol_for(
             &model
                 .file_name()
@@ -438,6 +593,48 @@ impl Build {
         files.push(ir);
         Ok(files)
     }
+}
+
+/// Writes the variants of one model: `<symbol>.rs` (one `Model` type with a method per
+/// variant), one weight blob `<symbol>.weights` the variants share, and `<symbol>_<suffix>.c` per
+/// variant. Returns every file written and the C files.
+pub fn write_variant_sources(
+    symbol: &str,
+    mut variants: Vec<(&str, Compiled)>,
+    out: &Path,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let mut cs: Vec<Compiled> = variants.iter().map(|(_, c)| c.clone()).collect();
+    let blob = crate::codegen::share_weights(&mut cs);
+    for ((_, v), c) in variants.iter_mut().zip(cs) {
+        *v = c;
+    }
+    let weights_file = format!("{symbol}.weights");
+    let name = variants
+        .first()
+        .map_or(symbol.to_string(), |(_, c)| c.name.clone());
+    let refs: Vec<(Option<&str>, &Compiled)> =
+        variants.iter().map(|(s, c)| (Some(*s), c)).collect();
+    let mut files = vec![
+        (
+            out.join(format!("{symbol}.rs")),
+            crate::codegen::rust::emit_variants(&name, &refs, blob.len(), &weights_file)
+                .into_bytes(),
+        ),
+        (out.join(&weights_file), blob),
+    ];
+    for (_, c) in &variants {
+        files.push((
+            out.join(format!("{}.c", c.symbol)),
+            c.c_source.clone().into_bytes(),
+        ));
+    }
+    for (p, bytes) in &files {
+        if std::fs::read(p).ok().as_deref() != Some(bytes.as_slice()) {
+            std::fs::write(p, bytes).map_err(io_err(p))?;
+        }
+    }
+    let c_files = files[2..].iter().map(|(p, _)| p.clone()).collect();
+    Ok((files.into_iter().map(|(p, _)| p).collect(), c_files))
 }
 
 /// Writes `<symbol>.rs`, `<symbol>.c` and `<symbol>.weights` to `out`.

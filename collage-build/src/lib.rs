@@ -27,7 +27,7 @@ pub mod tensor;
 pub mod toolchain;
 pub mod tune;
 
-pub use build::{symbol_for, write_sources, Build, Built, BuiltModel};
+pub use build::{symbol_for, write_sources, write_variant_sources, Build, Built, BuiltModel};
 pub use codegen::Compiled;
 pub use driver::compile_graph;
 pub use error::{Error, OpError, Result};

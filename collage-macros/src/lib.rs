@@ -2,7 +2,9 @@
 //!
 //! Two forms:
 //! - `model!(pub Mnist = "models/mnist.onnx");` binds the model that `build.rs` compiled with
-//!   `collage_build::Build::new().onnx("models/mnist.onnx")` to the type `Mnist`;
+//!   `collage_build::Build::new().onnx("models/mnist.onnx")` to the type `Mnist`; with sizes for
+//!   the model's symbolic input dimensions, `model!(pub Ocr = "ocr.onnx", x: [1, 3, 48, 320])`
+//!   (or `batch = 1`), it is `build.rs`'s `.scan("src")` that finds and compiles it;
 //! - `model! { pub Mlp { input x: f32[1, 784]; weights "mlp.safetensors"; let h = relu(x @ w1 + b1);
 //!   output y = h @ w2 + b2; } }` declares a model in Rust; `build.rs` compiles it when it scans the
 //!   file (`Build::new().scan("src")`).
@@ -12,28 +14,10 @@
 
 use proc_macro::TokenStream;
 use quote::{format_ident, quote};
-use syn::parse::{Parse, ParseStream};
-use syn::{parse_macro_input, Ident, LitStr, Token, Visibility};
+use syn::{parse_macro_input, Ident, Visibility};
 
 #[allow(dead_code)]
 mod syntax;
-
-/// `model!(Vis Name = "path.onnx")`.
-struct Binding {
-    vis: Visibility,
-    name: Ident,
-    path: LitStr,
-}
-
-impl Parse for Binding {
-    fn parse(input: ParseStream) -> syn::Result<Self> {
-        let vis = input.parse()?;
-        let name = input.parse()?;
-        input.parse::<Token![=]>()?;
-        let path = input.parse()?;
-        Ok(Binding { vis, name, path })
-    }
-}
 
 /// Must equal `collage_build::ir::sanitize`: both derive the generated file's name from the
 /// model path (a proc-macro crate cannot depend on `collage-build`; `tests/ui` and the examples
@@ -96,9 +80,19 @@ pub fn model(input: TokenStream) -> TokenStream {
     let is_binding = input2.clone().into_iter().any(|t| matches!(t, proc_macro2::TokenTree::Punct(ref p) if p.as_char() == '='))
         && !input2.clone().into_iter().any(|t| matches!(t, proc_macro2::TokenTree::Group(ref g) if g.delimiter() == proc_macro2::Delimiter::Brace));
     if is_binding {
-        let b = parse_macro_input!(input as Binding);
-        let symbol = sanitize(b.path.value().trim_end_matches(".onnx"));
-        let hint = format!("model \"{}\" was not compiled: add `.onnx(\"{}\")` to collage_build::Build in build.rs", b.path.value(), b.path.value());
+        let b = parse_macro_input!(input as syntax::OnnxBinding);
+        let path_symbol = sanitize(b.path.value().trim_end_matches(".onnx"));
+        let (symbol, hint) = if b.is_bound() {
+            (
+                syntax::bound_symbol(&path_symbol, &b.key()),
+                format!("model \"{}\" with `{}` was not compiled: add `.scan(\"src\")` (the folder of this file) to collage_build::Build in build.rs", b.path.value(), b.key()),
+            )
+        } else {
+            (
+                path_symbol,
+                format!("model \"{}\" was not compiled: add `.onnx(\"{}\")` to collage_build::Build in build.rs", b.path.value(), b.path.value()),
+            )
+        };
         return expand(&b.vis, &b.name, &symbol, b.path.span(), hint).into();
     }
     let def = parse_macro_input!(input as syntax::ModelDef);

@@ -518,3 +518,129 @@ pub fn check(def: &ModelDef, is_weight: &dyn Fn(&str) -> Option<bool>) -> syn::R
     }
     Ok(())
 }
+
+/// `model!(Vis Name = "path.onnx")`, optionally with sizes for the model's symbolic input
+/// dimensions: `model!(pub Ocr = "ocr.onnx", x: [1, 3, 48, 320], batch = 1)` (an input's whole
+/// shape, `name: [..]`, or a named dimension, `name = N`; names that are not Rust identifiers are
+/// written as strings: `"input.1": [1, 3]`).
+pub struct OnnxBinding {
+    /// The visibility of the generated type.
+    pub vis: Visibility,
+    /// The type name.
+    pub name: Ident,
+    /// The model file, relative to the crate's manifest.
+    pub path: LitStr,
+    /// Named dimensions and their sizes.
+    pub dims: Vec<(String, usize)>,
+    /// Inputs and their whole shapes.
+    pub shapes: Vec<(String, Vec<usize>)>,
+}
+
+impl Parse for OnnxBinding {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let vis = input.parse()?;
+        let name = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let path: LitStr = input.parse()?;
+        let (mut dims, mut shapes): (Vec<(String, usize)>, Vec<(String, Vec<usize>)>) =
+            (Vec::new(), Vec::new());
+        while input.peek(Token![,]) {
+            input.parse::<Token![,]>()?;
+            if input.is_empty() {
+                break;
+            }
+            let (key, span) = if input.peek(LitStr) {
+                let s: LitStr = input.parse()?;
+                (s.value(), s.span())
+            } else {
+                let id = input.call(Ident::parse_any)?;
+                (id.to_string(), id.span())
+            };
+            if dims.iter().any(|(k, _)| *k == key) || shapes.iter().any(|(k, _)| *k == key) {
+                return Err(syn::Error::new(span, format!("`{key}` is bound twice")));
+            }
+            if input.peek(Token![=]) {
+                input.parse::<Token![=]>()?;
+                let n: LitInt = input.parse()?;
+                dims.push((key, n.base10_parse()?));
+            } else if input.peek(Token![:]) {
+                input.parse::<Token![:]>()?;
+                let content;
+                bracketed!(content in input);
+                let ds = content.parse_terminated(LitInt::parse, Token![,])?;
+                shapes.push((
+                    key,
+                    ds.iter()
+                        .map(|d| d.base10_parse())
+                        .collect::<syn::Result<_>>()?,
+                ));
+            } else {
+                return Err(syn::Error::new(
+                    span,
+                    format!("expected `{key} = SIZE` (a named dimension) or `{key}: [D0, D1, ..]` (an input's shape)"),
+                ));
+            }
+        }
+        if !input.is_empty() {
+            return Err(
+                input.error("expected `,` and a binding (`batch = 1` or `x: [1, 3, 224, 224]`)")
+            );
+        }
+        Ok(OnnxBinding {
+            vis,
+            name,
+            path,
+            dims,
+            shapes,
+        })
+    }
+}
+
+use syn::ext::IdentExt;
+
+impl OnnxBinding {
+    /// Whether any dimension is bound (the model is then compiled by `Build::scan`, not
+    /// `Build::onnx`).
+    pub fn is_bound(&self) -> bool {
+        !self.dims.is_empty() || !self.shapes.is_empty()
+    }
+
+    /// The canonical text of the bindings; equal to `collage_build`'s `Bindings::key`.
+    pub fn key(&self) -> String {
+        binding_key(
+            self.dims.iter().map(|(k, v)| (k.as_str(), *v)),
+            self.shapes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+        )
+    }
+}
+
+/// The canonical text of a set of bindings: the named dimensions sorted (`batch=1`), then the
+/// input shapes sorted (`x:1,3,48,320`), joined by `;`.
+pub fn binding_key<'a>(
+    dims: impl Iterator<Item = (&'a str, usize)>,
+    shapes: impl Iterator<Item = (&'a str, &'a [usize])>,
+) -> String {
+    let mut d: Vec<String> = dims.map(|(k, v)| format!("{k}={v}")).collect();
+    d.sort();
+    let mut s: Vec<String> = shapes
+        .map(|(k, v)| {
+            let v: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+            format!("{k}:{}", v.join(","))
+        })
+        .collect();
+    s.sort();
+    d.extend(s);
+    d.join(";")
+}
+
+/// The file key of an ONNX model bound by `model!(..)` with sizes: the model's own key (its path
+/// sanitized), two underscores and a hash of the bindings' key (FNV-1a, 64 bits): distinct
+/// bindings of one model get distinct files.
+pub fn bound_symbol(path_symbol: &str, key: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{path_symbol}__{h:016x}")
+}

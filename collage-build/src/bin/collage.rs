@@ -132,6 +132,8 @@ enum Cmd {
         /// reached keep their default plans, and the next run goes on from there.
         #[arg(long)]
         budget: Option<String>,
+        #[command(flatten)]
+        bind: BindArgs,
     },
     /// Cost cache maintenance.
     Cache {
@@ -192,6 +194,34 @@ struct PlaceArgs {
     /// Form no groups (debugging).
     #[arg(long)]
     no_groups: bool,
+    #[command(flatten)]
+    bind: BindArgs,
+}
+
+/// Sizes for a model's symbolic input dimensions.
+#[derive(clap::Args, Clone, Debug, Default)]
+struct BindArgs {
+    /// Bind every input dimension named NAME (its ONNX dim_param) to N: `--dim batch=1`
+    /// (repeatable).
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = collage_build::frontend::onnx::Bindings::parse_dim)]
+    dims: Vec<(String, usize)>,
+    /// Bind an input to a whole shape, named and unnamed (`?`) dimensions alike:
+    /// `--input-shape x=1,3,48,320` (repeatable).
+    #[arg(long = "input-shape", value_name = "INPUT=D0,D1,..", value_parser = collage_build::frontend::onnx::Bindings::parse_shape)]
+    shapes: Vec<(String, Vec<usize>)>,
+}
+
+impl BindArgs {
+    fn bindings(&self) -> collage_build::frontend::onnx::Bindings {
+        let mut b = collage_build::frontend::onnx::Bindings::new();
+        for (k, v) in &self.dims {
+            b = b.dim(k.clone(), *v);
+        }
+        for (k, v) in &self.shapes {
+            b = b.input_shape(k.clone(), v.clone());
+        }
+        b
+    }
 }
 
 impl PlaceArgs {
@@ -221,6 +251,7 @@ impl PlaceArgs {
             schedule_seed: self.schedule_seed,
             no_layout: self.no_layout,
             no_groups: self.no_groups,
+            bindings: self.bind.bindings(),
         })
     }
 }
@@ -447,6 +478,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             no_bridges,
             no_plans,
             budget,
+            bind,
         } => {
             let mut plans = collage_build::tune::plans::PlanTuning {
                 top_k: top_k.max(1),
@@ -480,7 +512,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             } else {
                 CostCache::new()
             };
-            let mut g = collage_build::frontend::onnx::load(&model)?;
+            let mut g = collage_build::frontend::onnx::load_with(&model, &bind.bindings())?;
             collage_build::passes::run(&mut g, collage_build::passes::PIPELINE)?;
             let opts = Options {
                 backends,
@@ -562,7 +594,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             let work = work_dir("bench");
             let input = match input {
                 Some(p) => {
-                    let g = collage_build::frontend::onnx::load(&model)?;
+                    let g = collage_build::frontend::onnx::load_with(&model, &opts.bindings)?;
                     let ty = g.ty(g.inputs[0]).clone();
                     Some(vec![tools::read_raw_f32(&p, &ty.shape)?])
                 }
@@ -629,7 +661,7 @@ fn warn_misses(c: &collage_build::Compiled, cache: Option<&Path>, model: &Path) 
 }
 
 fn compile(model: &Path, opts: &Options) -> collage_build::Result<collage_build::Compiled> {
-    let g = collage_build::frontend::onnx::load(model)?;
+    let g = collage_build::frontend::onnx::load_with(model, &opts.bindings)?;
     let symbol = collage_build::ir::sanitize(
         model
             .file_stem()

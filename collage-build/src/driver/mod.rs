@@ -63,6 +63,9 @@ pub struct Options {
     pub no_layout: bool,
     /// Form no groups: a debugging switch.
     pub no_groups: bool,
+    /// Sizes for the model's symbolic input dimensions (used where a command loads the model
+    /// file itself: `collage compile / run / bench / explain`).
+    pub bindings: crate::frontend::onnx::Bindings,
 }
 
 impl Options {

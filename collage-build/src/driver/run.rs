@@ -92,7 +92,17 @@ pub fn load_model_with(
     opts: &Options,
     profiled: bool,
 ) -> Result<Loaded> {
-    let g0 = onnx::load(model)?;
+    // Inputs whose shapes neither the model nor the bindings fix take the shapes of the data.
+    let mut bindings = opts.bindings.clone();
+    if let Some(data) = data {
+        for (n, t) in onnx::input_names(model)?.into_iter().zip(data) {
+            bindings
+                .shapes
+                .entry(n)
+                .or_insert_with(|| t.ty.shape.clone());
+        }
+    }
+    let g0 = onnx::load_with(model, &bindings)?;
     let names: Vec<String> = g0
         .inputs
         .iter()

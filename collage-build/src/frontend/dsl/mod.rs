@@ -16,14 +16,24 @@ use crate::ops::{self, Attr, Attrs, OpCx};
 mod syntax;
 
 pub use syntax::ModelDef;
+pub(crate) use syntax::{binding_key, bound_symbol};
 
-/// A DSL block found in a file.
+/// A model found in a file: a DSL block, or an ONNX model bound with sizes
+/// (`model!(Ocr = "ocr.onnx", x: [1, 3, 48, 320])`).
 pub struct Found {
     /// The model type name.
     pub name: String,
     /// The source file.
     pub file: PathBuf,
-    def: ModelDef,
+    kind: Kind,
+}
+
+enum Kind {
+    Dsl(ModelDef),
+    Onnx {
+        path: String,
+        bindings: crate::frontend::onnx::Bindings,
+    },
 }
 
 /// The symbol of a DSL model: `dsl_<name in lower case>`.
@@ -79,23 +89,57 @@ pub fn parse_source(text: &str, file: &Path) -> Vec<Result<Found>> {
     };
     model_blocks(tokens)
         .into_iter()
-        .map(|tokens| {
-            if let Some(span) = nested_deeper_than(tokens.clone(), MAX_BLOCK_NESTING) {
-                let e = syn::Error::new(
-                    span,
-                    format!("brackets nested more than {MAX_BLOCK_NESTING} levels deep"),
-                );
-                return Err(dsl_err(file, "?", &e));
+        .filter_map(|(tokens, block)| {
+            if block {
+                Some(parse_block(tokens, file))
+            } else {
+                parse_binding(tokens, file).map(Ok)
             }
-            let def = syn::parse2::<ModelDef>(tokens).map_err(|e| dsl_err(file, "?", &e))?;
-            syntax::check(&def, &|_| None).map_err(|e| dsl_err(file, &def.name.to_string(), &e))?;
-            Ok(Found {
-                name: def.name.to_string(),
-                file: file.to_path_buf(),
-                def,
-            })
         })
         .collect()
+}
+
+/// A `model!(Name = "m.onnx", ..)` with sizes; `None` for one without (compiled by
+/// `Build::onnx`).
+fn parse_binding(tokens: TokenStream, file: &Path) -> Option<Found> {
+    // One that does not parse is left to the macro, which reports it where it is written.
+    let b = syn::parse2::<syntax::OnnxBinding>(tokens).ok()?;
+    if !b.is_bound() {
+        return None;
+    }
+    let mut bindings = crate::frontend::onnx::Bindings::new();
+    for (k, v) in &b.dims {
+        bindings = bindings.dim(k.clone(), *v);
+    }
+    for (k, v) in &b.shapes {
+        bindings = bindings.input_shape(k.clone(), v.clone());
+    }
+    Some(Found {
+        name: b.name.to_string(),
+        file: file.to_path_buf(),
+        kind: Kind::Onnx {
+            path: b.path.value(),
+            bindings,
+        },
+    })
+}
+
+/// A `model! { .. }` block, parsed and checked.
+fn parse_block(tokens: TokenStream, file: &Path) -> Result<Found> {
+    if let Some(span) = nested_deeper_than(tokens.clone(), MAX_BLOCK_NESTING) {
+        let e = syn::Error::new(
+            span,
+            format!("brackets nested more than {MAX_BLOCK_NESTING} levels deep"),
+        );
+        return Err(dsl_err(file, "?", &e));
+    }
+    let def = syn::parse2::<ModelDef>(tokens).map_err(|e| dsl_err(file, "?", &e))?;
+    syntax::check(&def, &|_| None).map_err(|e| dsl_err(file, &def.name.to_string(), &e))?;
+    Ok(Found {
+        name: def.name.to_string(),
+        file: file.to_path_buf(),
+        kind: Kind::Dsl(def),
+    })
 }
 
 /// `text` without a byte order mark and a `#!` interpreter line (kept as an empty line, so that
@@ -110,9 +154,10 @@ fn without_shebang(text: &str) -> &str {
     }
 }
 
-/// The input of every `model!` invocation in `tokens` that holds a braced block, in order. The
-/// walk keeps its own stack: the lexer's tokens nest as deeply as the file's brackets.
-fn model_blocks(tokens: TokenStream) -> Vec<TokenStream> {
+/// The input of every `model!` invocation in `tokens`, in order, and whether it holds a braced
+/// block (a DSL model) or not (`Name = "m.onnx", ..`). The walk keeps its own stack: the lexer's
+/// tokens nest as deeply as the file's brackets.
+fn model_blocks(tokens: TokenStream) -> Vec<(TokenStream, bool)> {
     let mut found = Vec::new();
     let mut stack: Vec<(Vec<TokenTree>, usize)> = vec![(tokens.into_iter().collect(), 0)];
     while let Some((tts, i)) = stack.last_mut() {
@@ -138,8 +183,8 @@ fn model_blocks(tokens: TokenStream) -> Vec<TokenStream> {
                     let has_block = g.stream().into_iter().any(
                         |t| matches!(t, TokenTree::Group(ref b) if b.delimiter() == Delimiter::Brace),
                     );
-                    if name == "model" && has_block {
-                        found.push(g.stream());
+                    if name == "model" {
+                        found.push((g.stream(), has_block));
                     }
                     *i = body + 1;
                 } else {
@@ -324,10 +369,37 @@ impl Builder<'_> {
 }
 
 impl Found {
-    /// Builds the graph; weight files are read relative to `root` (the crate's manifest folder).
+    /// The file key of the generated sources, `model!` computes the same: `dsl_<name>` for a DSL
+    /// block, the model path's key and a hash of the sizes for a bound ONNX model.
+    pub fn symbol(&self) -> String {
+        match &self.kind {
+            Kind::Dsl(_) => symbol_for_dsl(&self.name),
+            Kind::Onnx { path, bindings } => bound_symbol(
+                &crate::ir::sanitize(path.trim_end_matches(".onnx")),
+                &bindings.key(),
+            ),
+        }
+    }
+
+    /// The ONNX model file and its bindings, for a bound ONNX model.
+    pub fn onnx(&self) -> Option<(&str, &crate::frontend::onnx::Bindings)> {
+        match &self.kind {
+            Kind::Onnx { path, bindings } => Some((path, bindings)),
+            Kind::Dsl(_) => None,
+        }
+    }
+
+    /// Builds the graph; weight files and ONNX models are read relative to `root` (the crate's
+    /// manifest folder).
     pub fn to_graph(&self, root: &Path) -> Result<Graph> {
+        let def = match &self.kind {
+            Kind::Dsl(def) => def,
+            Kind::Onnx { path, bindings } => {
+                return crate::frontend::onnx::load_with(&root.join(path), bindings)
+            }
+        };
         let mut weight_bytes: Option<(PathBuf, Vec<u8>)> = None;
-        for it in &self.def.items {
+        for it in &def.items {
             if let syntax::Item::Weights(p) = it {
                 let path = root.join(p.value());
                 let bytes = std::fs::read(&path).map_err(io_err(&path))?;
@@ -352,7 +424,7 @@ impl Found {
             model: self.name.clone(),
             counter: 0,
         };
-        for it in &self.def.items {
+        for it in &def.items {
             match it {
                 syntax::Item::Input { name, dtype, dims } => {
                     let d = DType::parse(&dtype.to_string())

@@ -1,5 +1,6 @@
 //! The ONNX frontend: protobuf decoding (`prost`, schema compiled in pure Rust), initializers,
 //! external data, and the mapping of nodes onto registered operators.
+mod bind;
 #[allow(missing_docs, clippy::all)]
 pub mod proto;
 mod tensor;
@@ -14,16 +15,47 @@ use crate::error::{io_err, Error, Result};
 use crate::ir::control::ControlFlow;
 use crate::ir::{DType, Graph, Node, TensorType, ValueId};
 use crate::ops::{self, Attr, Attrs, OpCx};
+pub use bind::Bindings;
 pub use tensor::{tensor_from_proto, tensor_to_proto};
 
-/// Reads and imports an ONNX model file.
+/// Reads and imports an ONNX model file whose inputs have static shapes.
 pub fn load(path: &Path) -> Result<Graph> {
+    load_with(path, &Bindings::default())
+}
+
+/// Reads and imports an ONNX model file, its symbolic input dimensions bound by `bindings`.
+pub fn load_with(path: &Path, bindings: &Bindings) -> Result<Graph> {
     let bytes = std::fs::read(path).map_err(io_err(path))?;
-    import_bytes(&bytes, path)
+    import_bytes_with(&bytes, path, bindings)
+}
+
+/// The names of the run-time inputs of the ONNX model file at `path` (graph inputs that are not
+/// initializers), in order, without importing it.
+pub fn input_names(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let model = proto::ModelProto::decode(bytes.as_slice()).map_err(|e| Error::Decode {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let Some(g) = model.graph else {
+        return Ok(Vec::new());
+    };
+    let inits: std::collections::HashSet<&str> =
+        g.initializer.iter().map(|t| t.name.as_str()).collect();
+    Ok(g.input
+        .iter()
+        .filter(|vi| !inits.contains(vi.name.as_str()))
+        .map(|vi| vi.name.clone())
+        .collect())
 }
 
 /// Imports an ONNX model from bytes; `path` names it in errors and locates external data.
 pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
+    import_bytes_with(bytes, path, &Bindings::default())
+}
+
+/// [`import_bytes`] with the symbolic input dimensions bound by `bindings`.
+pub fn import_bytes_with(bytes: &[u8], path: &Path, bindings: &Bindings) -> Result<Graph> {
     let model = proto::ModelProto::decode(bytes).map_err(|e| Error::Decode {
         path: path.to_path_buf(),
         detail: e.to_string(),
@@ -61,11 +93,25 @@ pub fn import_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
         let v = g.add_const(init.name.clone(), t);
         by_name.insert(init.name.clone(), v);
     }
+    // Run-time inputs (an initializer with a default value, IR < 4 style, is a constant), their
+    // shapes resolved with the bindings first: one error names every unbound dimension.
+    let mut tensors = Vec::new();
     for vi in &graph.input {
         if by_name.contains_key(&vi.name) {
-            continue; // an initializer with a default value (IR < 4 style): a constant
+            continue;
         }
-        let ty = value_type(vi).map_err(|e| model_err(format!("input `{}`: {e}", vi.name)))?;
+        tensors.push((
+            vi.name.as_str(),
+            tensor_type(vi).map_err(|e| model_err(format!("input `{}`: {e}", vi.name)))?,
+        ));
+    }
+    let shapes = bind::resolve(&tensors, bindings).map_err(&model_err)?;
+    for vi in &graph.input {
+        if by_name.contains_key(&vi.name) {
+            continue;
+        }
+        let ty = value_type(vi, &shapes[&vi.name])
+            .map_err(|e| model_err(format!("input `{}`: {e}", vi.name)))?;
         let v = g.add_value(vi.name.clone(), Some(ty));
         g.inputs.push(v);
         by_name.insert(vi.name.clone(), v);
@@ -282,33 +328,25 @@ pub fn import_body(
     Ok((nodes, outputs))
 }
 
-fn value_type(vi: &proto::ValueInfoProto) -> Result<TensorType, String> {
+/// The tensor type of a graph input, or why it is not one.
+fn tensor_type(vi: &proto::ValueInfoProto) -> Result<&proto::type_proto::Tensor, String> {
     use proto::type_proto::Value;
-    let Some(Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
-        return Err("only tensor inputs are supported".into());
-    };
+    match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(Value::TensorType(t)) => Ok(t),
+        _ => Err("only tensor inputs are supported".into()),
+    }
+}
+
+/// A graph input's type: its element type, and its shape as resolved ([`bind::resolve`]).
+fn value_type(vi: &proto::ValueInfoProto, shape: &[usize]) -> Result<TensorType, String> {
+    let t = tensor_type(vi)?;
     let dtype = DType::from_onnx(t.elem_type).ok_or_else(|| {
         format!(
             "element type {} is not supported",
             DType::onnx_name(t.elem_type)
         )
     })?;
-    let mut shape = Vec::new();
-    if let Some(s) = &t.shape {
-        for d in &s.dim {
-            use proto::tensor_shape_proto::dimension::Value as D;
-            match &d.value {
-                Some(D::DimValue(v)) if *v >= 0 => shape.push(
-                    usize::try_from(*v).map_err(|_| format!("dimension {v} is too large"))?,
-                ),
-                Some(D::DimParam(p)) => return Err(format!("dimension `{p}` is symbolic; Collage compiles static shapes: fix it in the model (e.g. with onnxruntime's make_dynamic_shape_fixed)")),
-                _ => return Err("a dimension has no static size".into()),
-            }
-        }
-    } else {
-        return Err("the input has no shape".into());
-    }
-    Ok(TensorType::new(dtype, shape))
+    Ok(TensorType::new(dtype, shape.to_vec()))
 }
 
 /// A node's attributes, and its graph attributes encoded (only a control-flow node may have

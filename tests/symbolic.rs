@@ -1,0 +1,340 @@
+//! Exported models with symbolic input dimensions, bound at build time, against ONNX Runtime's
+//! outputs (`tests/support/symbolic_models.py`, run by `.ci/run`, writes them): the OCR example's
+//! model (`x: [batch, 3, height, width]`) bound by name, by input shape and from the data, at three
+//! sizes; a BERT-style layer whose `sequence` is symbolic at 1, 7, 128 and 512 tokens; the error
+//! for what is left unbound; and the `Build` routes (variants sharing weights, misuse).
+use std::path::{Path, PathBuf};
+
+use collage_build::driver::run::{self as tools, read_pb};
+use collage_build::driver::Options;
+use collage_build::frontend::onnx::{self, Bindings};
+use collage_build::ir::Tensor;
+use collage_runtime::Executor;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("COLLAGE_SYMBOLIC_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(ROOT).join("target/symbolic"))
+}
+
+fn ocr_model() -> PathBuf {
+    Path::new(ROOT).join("examples/ocr/ocr.onnx")
+}
+
+fn pbs(case: &Path, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| case.join(format!("{prefix}_{i}.pb")))
+        .take_while(|p| p.exists())
+        .map(|p| read_pb(&p).unwrap())
+        .collect()
+}
+
+/// Compiles `model` with `bindings` (and, when `from_data`, the shapes of the case's inputs),
+/// runs it on the case's inputs, all of them taken at run time, and compares with ONNX Runtime.
+fn check(model: &Path, case: &str, bindings: Bindings, from_data: bool) {
+    let dir = data_dir().join(case);
+    assert!(
+        dir.join("output_0.pb").exists(),
+        "{} is missing: run .ci/run (tests/support/symbolic_models.py)",
+        dir.display()
+    );
+    let inputs = pbs(&dir, "input");
+    let wants = pbs(&dir, "output");
+    let work = std::env::temp_dir().join(format!("collage-symbolic-{case}-{}", std::process::id()));
+    let opts = Options {
+        bindings,
+        ..Options::default()
+    };
+    let data = from_data.then_some(inputs.as_slice());
+    let mut loaded = tools::load_model(model, data, &work, "-O1", &opts)
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert!(
+        loaded.bound.is_empty(),
+        "{case}: inputs were bound to constants"
+    );
+    for (io, t) in loaded.model.inputs.iter().zip(&inputs) {
+        assert_eq!(io.ty, t.ty, "{case}: input {}", io.name);
+    }
+    let got = loaded.model.run(&inputs, &Executor::Serial).unwrap();
+    for (i, (g, w)) in got.iter().zip(&wants).enumerate() {
+        let (pass, err) = collage_build::tensor::compare(g, w);
+        assert!(
+            pass,
+            "{case}: output {i} differs from ONNX Runtime's by {err}"
+        );
+    }
+    assert_eq!(got.len(), wants.len());
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn ocr_matches_onnx_runtime_bound_by_name_by_shape_and_from_data() {
+    for (n, h, w) in [(1, 32, 96), (2, 48, 160), (3, 64, 64)] {
+        let case = format!("ocr_{n}x{h}x{w}");
+        let by_name = Bindings::new()
+            .dim("batch", n)
+            .dim("height", h)
+            .dim("width", w);
+        check(&ocr_model(), &case, by_name, false);
+        let by_shape = Bindings::new().input_shape("x", [n, 3, h, w]);
+        check(&ocr_model(), &case, by_shape, false);
+        check(&ocr_model(), &case, Bindings::new(), true);
+    }
+}
+
+#[test]
+fn transformer_with_a_symbolic_sequence_matches_onnx_runtime() {
+    let model = data_dir().join("tiny_bert_dyn.onnx");
+    for (b, s) in [(1, 1), (1, 7), (1, 128), (1, 512), (2, 16)] {
+        // `input_ids` and `attention_mask` share `batch` and `sequence`: one binding of each.
+        let b = Bindings::new().dim("batch", b).dim("sequence", s);
+        check(
+            &model,
+            &format!("tiny_bert_{}x{s}", b.dims["batch"]),
+            b,
+            false,
+        );
+    }
+    // One input's shape binds the dimensions the other input shares by name.
+    let b = Bindings::new().input_shape("input_ids", [2, 16]);
+    check(&model, "tiny_bert_2x16", b, false);
+}
+
+/// The OCR model with its dimensions made as paddle2onnx writes them: no name, no size.
+fn unnamed_ocr() -> Vec<u8> {
+    use prost::Message;
+    let bytes = std::fs::read(ocr_model()).unwrap();
+    let mut m = onnx::proto::ModelProto::decode(bytes.as_slice()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    for vi in g.input.iter_mut().chain(g.output.iter_mut()) {
+        let Some(onnx::proto::type_proto::Value::TensorType(t)) =
+            vi.r#type.as_mut().and_then(|t| t.value.as_mut())
+        else {
+            panic!("a tensor input")
+        };
+        for d in &mut t.shape.as_mut().unwrap().dim {
+            if matches!(
+                d.value,
+                Some(onnx::proto::tensor_shape_proto::dimension::Value::DimParam(
+                    _
+                ))
+            ) {
+                d.value = None;
+            }
+        }
+    }
+    m.encode_to_vec()
+}
+
+#[test]
+fn the_unbound_error_names_every_dimension_and_every_way_to_bind_it() {
+    let e = onnx::load(&ocr_model()).unwrap_err().to_string();
+    for want in [
+        "3 input dimension(s) have no static size",
+        "`x` dimension 0 (`batch`)",
+        "`x` dimension 2 (`height`)",
+        "`x` dimension 3 (`width`)",
+        ".dim(\"batch\", N)",
+        ".input_shape(\"x\", [N, 3, N, N])",
+        "model!(Name = \"..\", x: [N, 3, N, N])",
+        "--dim batch=N",
+        "--input-shape x=N,3,N,N",
+    ] {
+        assert!(e.contains(want), "{want:?} not in: {e}");
+    }
+    // Bound in part: only what is left is named.
+    let e = onnx::load_with(
+        &ocr_model(),
+        &Bindings::new().dim("batch", 1).dim("width", 8),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("1 input dimension(s)") && e.contains("(`height`)"),
+        "{e}"
+    );
+    assert!(!e.contains("(`batch`)") && !e.contains("(`width`)"), "{e}");
+    // Unnamed dimensions: by position, and bound by the input's shape only.
+    let bytes = unnamed_ocr();
+    let path = Path::new("paddle.onnx");
+    let e = onnx::import_bytes(&bytes, path).unwrap_err().to_string();
+    for want in [
+        "`x` dimension 0 (unnamed)",
+        "`x` dimension 2 (unnamed)",
+        "`x` dimension 3 (unnamed)",
+        "--input-shape x=N,3,N,N",
+    ] {
+        assert!(e.contains(want), "{want:?} not in: {e}");
+    }
+    let g = onnx::import_bytes_with(
+        &bytes,
+        path,
+        &Bindings::new().input_shape("x", [2, 3, 48, 160]),
+    )
+    .unwrap();
+    assert_eq!(g.ty(g.inputs[0]).shape, [2, 3, 48, 160]);
+}
+
+#[test]
+fn bindings_that_disagree_with_the_model_are_errors() {
+    let m = ocr_model();
+    let err = |b: Bindings| onnx::load_with(&m, &b).unwrap_err().to_string();
+    let e = err(Bindings::new().input_shape("x", [1, 4, 32, 96]));
+    assert!(
+        e.contains("dimension 1 is 3 in the model") && e.contains("says 4"),
+        "{e}"
+    );
+    let e = err(Bindings::new().input_shape("x", [1, 3, 32]));
+    assert!(e.contains("has 4 dimensions") && e.contains("has 3"), "{e}");
+    let e = err(Bindings::new().input_shape("y", [1, 3, 32, 96]));
+    assert!(
+        e.contains("`y`, which is not an input") && e.contains("`x`"),
+        "{e}"
+    );
+    let e = err(Bindings::new().dim("btach", 1));
+    assert!(
+        e.contains("`btach`") && e.contains("`batch`, `height`, `width`"),
+        "{e}"
+    );
+    let e = err(Bindings::new()
+        .dim("batch", 2)
+        .input_shape("x", [1, 3, 32, 96]));
+    assert!(
+        e.contains("`batch` is bound to 2") && e.contains("and to 1"),
+        "{e}"
+    );
+}
+
+fn build_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "collage-symbolic-build-{tag}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn variants_share_one_weight_blob_and_get_a_method_each() {
+    let out = build_dir("variants");
+    let built = collage_build::Build::new()
+        .manifest_dir(Path::new(ROOT).join("examples/ocr"))
+        .out_dir(&out)
+        .sources_only()
+        .onnx("ocr.onnx")
+        .dim("height", 32)
+        .dim("width", 96)
+        .variants("batch", [1, 2, 4])
+        .compile()
+        .unwrap();
+    assert_eq!(built.models.len(), 1);
+    let dir = out.join("collage");
+    let glue = std::fs::read_to_string(dir.join("ocr.rs")).unwrap();
+    for n in [1, 2, 4] {
+        assert!(glue.contains(&format!("pub fn run_batch_{n}(")), "{glue}");
+        assert!(
+            glue.contains(&format!("x: &[[[[f32; 96]; 32]; 3]; {n}]")),
+            "{glue}"
+        );
+        assert!(dir.join(format!("ocr_batch_{n}.c")).exists());
+    }
+    // The weights once: the size of one variant's blob compiled alone.
+    let one = build_dir("one");
+    collage_build::Build::new()
+        .manifest_dir(Path::new(ROOT).join("examples/ocr"))
+        .out_dir(&one)
+        .sources_only()
+        .onnx("ocr.onnx")
+        .input_shape("x", [4, 3, 32, 96])
+        .compile()
+        .unwrap();
+    let shared = std::fs::metadata(dir.join("ocr.weights")).unwrap().len();
+    let alone = std::fs::metadata(one.join("collage/ocr.weights"))
+        .unwrap()
+        .len();
+    assert_eq!(shared, alone, "three variants store the weights once");
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&one);
+}
+
+#[test]
+fn build_misuse_is_an_error() {
+    let e = collage_build::Build::new()
+        .out_dir(build_dir("misuse"))
+        .sources_only()
+        .dim("batch", 1)
+        .onnx("x.onnx")
+        .compile()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Build::dim") && e.contains("none was added before it"),
+        "{e}"
+    );
+    let e = collage_build::Build::new()
+        .manifest_dir(Path::new(ROOT).join("examples/ocr"))
+        .out_dir(build_dir("twice"))
+        .sources_only()
+        .onnx("ocr.onnx")
+        .input_shape("x", [1, 3, 32, 96])
+        .onnx("ocr.onnx")
+        .input_shape("x", [2, 3, 32, 96])
+        .compile()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("compiled twice"), "{e}");
+}
+
+/// The example crate: `model!(Ocr = "ocr.onnx", x: [1, 3, 48, 160])` (found by `build.rs`'s scan)
+/// and `OcrBatches` (`.variants("batch", [1, 2, 4])` at 32x96), against ONNX Runtime.
+#[test]
+fn the_example_crates_bound_models_match_onnx_runtime() {
+    fn case<const N: usize, const H: usize, const W: usize>(
+        name: &str,
+    ) -> ([[[[f32; W]; H]; 3]; N], Tensor) {
+        let dir = data_dir().join(name);
+        let x = read_pb(&dir.join("input_0.pb")).unwrap();
+        assert_eq!(x.ty.shape, [N, 3, H, W]);
+        let mut a = [[[[0f32; W]; H]; 3]; N];
+        let flat: Vec<f32> = x.to_f32();
+        for (d, s) in a.iter_mut().flatten().flatten().flatten().zip(&flat) {
+            *d = *s;
+        }
+        (a, read_pb(&dir.join("output_0.pb")).unwrap())
+    }
+    fn same(got: &[f32], want: &Tensor, what: &str) {
+        let want = want.to_f32();
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 + 1e-3 * w.abs(), "{what}: {g} vs {w}");
+        }
+    }
+    let mut ocr = example_ocr::Ocr::new();
+    let (x, want) = case::<1, 48, 160>("ocr_1x48x160");
+    same(
+        ocr.run(&x).as_flattened().as_flattened(),
+        &want,
+        "Ocr 1x3x48x160",
+    );
+    let mut batches = example_ocr::OcrBatches::new();
+    let (x, want) = case::<1, 32, 96>("ocr_1x32x96");
+    same(
+        batches.run_batch_1(&x).as_flattened().as_flattened(),
+        &want,
+        "batch 1",
+    );
+    let (x, want) = case::<2, 32, 96>("ocr_2x32x96");
+    same(
+        batches.run_batch_2(&x).as_flattened().as_flattened(),
+        &want,
+        "batch 2",
+    );
+    let (x, want) = case::<4, 32, 96>("ocr_4x32x96");
+    same(
+        batches.run_batch_4(&x).as_flattened().as_flattened(),
+        &want,
+        "batch 4",
+    );
+}
