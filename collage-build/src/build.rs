@@ -290,9 +290,20 @@ impl Build {
         for m in &self.onnx {
             let full = root.join(&m.path);
             self.rerun(&full);
+            // A bound model's label names its sizes (and so is not offered a `collage tune`
+            // command line without them).
+            let mut label = full.display().to_string();
+            if !m.bindings.is_empty() || m.variants.is_some() {
+                let mut sizes = m.bindings.key();
+                if let Some((d, n)) = &m.variants {
+                    let n: Vec<String> = n.iter().map(|n| n.to_string()).collect();
+                    sizes = format!("{sizes};{d} in {}", n.join(","));
+                }
+                label = format!("{label} ({})", sizes.trim_start_matches(';'));
+            }
             jobs.push((
                 symbol_for(&m.path.to_string_lossy()),
-                full.display().to_string(),
+                label,
                 m.graphs(&full),
             ));
         }

@@ -432,7 +432,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 "{}",
                 collage_build::report::render_groups(&collage_build::report::groups(&c))
             );
-            warn_misses(&c, place.cache.as_deref(), &model);
+            warn_misses(&c, place.cache.as_deref(), &model, &place.bind);
             let pr = if profile {
                 let work = work_dir("profile");
                 let pr = collage_build::driver::profile::profile(
@@ -647,14 +647,23 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
 
 /// One warning when placement priced kernels without measurements: how many, and the command
 /// that measures them.
-fn warn_misses(c: &collage_build::Compiled, cache: Option<&Path>, model: &Path) {
+fn warn_misses(c: &collage_build::Compiled, cache: Option<&Path>, model: &Path, bind: &BindArgs) {
+    // The command to run, with the model's bindings.
+    let mut model = model.display().to_string();
+    for (k, v) in &bind.dims {
+        model.push_str(&format!(" --dim {k}={v}"));
+    }
+    for (k, v) in &bind.shapes {
+        let v: Vec<String> = v.iter().map(|d| d.to_string()).collect();
+        model.push_str(&format!(" --input-shape {k}={}", v.join(",")));
+    }
     for w in &c.warnings {
         eprintln!("warning: {w}");
     }
     if let Some(msg) = c
         .placement
         .as_ref()
-        .and_then(|p| p.miss_warning(cache, model))
+        .and_then(|p| p.miss_warning(cache, &model))
     {
         eprintln!("warning: {msg}");
     }

@@ -64,11 +64,7 @@ pub struct PlacementInfo {
 impl PlacementInfo {
     /// The one warning for kernels priced without measurements: their count and the command
     /// that measures them; `None` when every kernel was measured.
-    pub fn miss_warning(
-        &self,
-        cache: Option<&std::path::Path>,
-        model: &std::path::Path,
-    ) -> Option<String> {
+    pub fn miss_warning(&self, cache: Option<&std::path::Path>, model: &str) -> Option<String> {
         if self.misses == 0 {
             return None;
         }
@@ -83,8 +79,7 @@ impl PlacementInfo {
         };
         Some(format!(
             "{} of {total} candidate kernel costs {source}; placement used the analytic model for them. Measure them with: collage tune {} --cache {file}",
-            self.misses,
-            model.display()
+            self.misses, model
         ))
     }
 }
