@@ -1,8 +1,9 @@
 //! Exported models with symbolic input dimensions, bound at build time, against ONNX Runtime's
 //! outputs (`tests/support/symbolic_models.py`, run by `.ci/run`, writes them): the OCR example's
 //! model (`x: [batch, 3, height, width]`) bound by name, by input shape and from the data, at three
-//! sizes; a BERT-style layer whose `sequence` is symbolic at 1, 7, 128 and 512 tokens; the error
-//! for what is left unbound; and the `Build` routes (variants sharing weights, misuse).
+//! sizes; a BERT-style layer whose `sequence` is symbolic at 1, 7, 128 and 512 tokens; a CNN and a
+//! transformer encoder exported by paddle2onnx (`tests/support/export_models.py`); the error for
+//! what is left unbound; and the `Build` routes (variants sharing weights, misuse).
 use std::path::{Path, PathBuf};
 
 use collage_build::driver::run::{self as tools, read_pb};
@@ -100,6 +101,24 @@ fn transformer_with_a_symbolic_sequence_matches_onnx_runtime() {
     // One input's shape binds the dimensions the other input shares by name.
     let b = Bindings::new().input_shape("input_ids", [2, 16]);
     check(&model, "tiny_bert_2x16", b, false);
+}
+
+/// Models exported by paddle2onnx (`tests/support/export_models.py`), as a production OCR
+/// pipeline exports them: every symbolic dimension named `DynamicDimension.N`, so bound by the
+/// inputs' shapes.
+#[test]
+fn paddle2onnx_exports_match_onnx_runtime() {
+    let crnn = data_dir().join("crnn_paddle.onnx");
+    for (n, h, w) in [(1, 32, 100), (2, 48, 160), (3, 64, 64)] {
+        let b = Bindings::new().input_shape("x", [n, 3, h, w]);
+        check(&crnn, &format!("crnn_paddle_{n}x{h}x{w}"), b, false);
+    }
+    // `ids` and `mask` share their dimensions' names: the shape of `ids` binds `mask` too.
+    let encoder = data_dir().join("encoder_paddle.onnx");
+    for (b, s) in [(1, 1), (1, 7), (1, 128), (1, 512), (2, 16)] {
+        let bind = Bindings::new().input_shape("ids", [b, s]);
+        check(&encoder, &format!("encoder_paddle_{b}x{s}"), bind, false);
+    }
 }
 
 /// The OCR model with its dimensions made as paddle2onnx writes them: no name, no size.

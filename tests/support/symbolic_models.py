@@ -9,7 +9,8 @@ Shape -> Gather -> Range; the attention heads split and merged with Shape -> Gat
 Reshape; the mask turned into an additive bias; GELU by Erf), and for each case below a folder
 DIR/CASE with `input_<i>.pb` and ONNX Runtime's `output_<i>.pb` (the ONNX backend test layout that
 `collage run --data` and tests/symbolic.rs read). The OCR model is the checked-in
-examples/ocr/ocr.onnx (examples/ocr/make_model.py).
+examples/ocr/ocr.onnx (examples/ocr/make_model.py); the paddle2onnx exports of
+export_models.py (crnn_paddle, encoder_paddle) get their cases when they are in DIR.
 """
 import os
 import sys
@@ -152,7 +153,23 @@ def main():
         mask = np.ones((b, s), dtype=np.int64)
         mask[:, s - s // 4:] = 0 if s > 3 else 1  # padding at the end, as a tokenizer writes it
         write_case(f"tiny_bert_{b}x{s}", bert, {"input_ids": ids, "attention_mask": mask})
-    print(f"wrote {OUT}: tiny_bert_dyn.onnx and the ONNX Runtime outputs of 11 bindings")
+    n = 11
+    # The exports of tests/support/export_models.py (paddle2onnx), when present.
+    crnn = os.path.join(OUT, "crnn_paddle.onnx")
+    if os.path.exists(crnn):
+        for (b, h, w) in [(1, 32, 100), (2, 48, 160), (3, 64, 64)]:
+            x = rng.standard_normal((b, 3, h, w)).astype(np.float32)
+            write_case(f"crnn_paddle_{b}x{h}x{w}", crnn, {"x": x})
+            n += 1
+    encoder = os.path.join(OUT, "encoder_paddle.onnx")
+    if os.path.exists(encoder):
+        for (b, s) in [(1, 1), (1, 7), (1, 128), (1, 512), (2, 16)]:
+            ids = rng.integers(0, 100, (b, s)).astype(np.int64)
+            mask = np.ones((b, s), dtype=np.int64)
+            mask[:, s - s // 4:] = 0 if s > 3 else 1
+            write_case(f"encoder_paddle_{b}x{s}", encoder, {"ids": ids, "mask": mask})
+            n += 1
+    print(f"wrote {OUT}: tiny_bert_dyn.onnx and the ONNX Runtime outputs of {n} bindings")
 
 
 if __name__ == "__main__":
