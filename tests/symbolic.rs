@@ -357,3 +357,56 @@ fn the_example_crates_bound_models_match_onnx_runtime() {
         "batch 4",
     );
 }
+
+/// `Build::scan` finds `model!` bindings with sizes and compiles each distinct one once, under the
+/// file key the macro computes (the glue's input type shows the sizes).
+#[test]
+fn scanned_bindings_compile_once_per_distinct_sizes() {
+    let dir = build_dir("scan");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::copy(ocr_model(), dir.join("ocr.onnx")).unwrap();
+    std::fs::write(
+        dir.join("src/a.rs"),
+        "collage::model!(pub A = \"ocr.onnx\", x: [1, 3, 32, 96]);\n\
+         collage::model!(pub Wide = \"ocr.onnx\", batch = 2, height = 32, width = 128);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("src/b.rs"),
+        "collage::model!(pub B = \"ocr.onnx\", x: [1, 3, 32, 96]);\n\
+         collage::model!(pub Plain = \"ocr.onnx\");\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let built = collage_build::Build::new()
+        .manifest_dir(&dir)
+        .out_dir(&out)
+        .sources_only()
+        .scan("src")
+        .compile()
+        .unwrap();
+    assert_eq!(
+        built.models.len(),
+        2,
+        "A and B are one model; Plain is Build::onnx's"
+    );
+    let mut inputs: Vec<String> = built
+        .models
+        .iter()
+        .map(|m| {
+            assert!(m.symbol.starts_with("ocr__"), "{}", m.symbol);
+            let glue = std::fs::read_to_string(&m.files[0]).unwrap();
+            let at = glue.find("x: &").unwrap();
+            glue[at..at + glue[at..].find(')').unwrap()].to_string()
+        })
+        .collect();
+    inputs.sort();
+    assert_eq!(
+        inputs,
+        [
+            "x: &[[[[f32; 128]; 32]; 3]; 2]",
+            "x: &[[[[f32; 96]; 32]; 3]; 1]"
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

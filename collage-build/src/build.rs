@@ -316,6 +316,11 @@ impl Build {
                     let label = file.display().to_string();
                     jobs.push(match m {
                         Ok(m) => {
+                            // The same model bound to the same sizes in two `model!`s is
+                            // one set of files that both include.
+                            if m.onnx().is_some() && jobs.iter().any(|j| j.0 == m.symbol()) {
+                                continue;
+                            }
                             let label = match m.onnx() {
                                 Some((path, b)) => {
                                     let full = root.join(path);
