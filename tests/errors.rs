@@ -1194,3 +1194,23 @@ fn empty_dimensions_in_flattened_and_scanned_reductions_do_not_panic() {
         }
     }
 }
+
+/// A schedule seed with a cost cache that records plans: the seed's draw stands (the recorded
+/// plans are not applied over it). Here because this file also runs in debug, where a kernel's
+/// plan planned alone is checked against its plan in the program.
+#[test]
+fn a_schedule_seed_with_a_cost_cache_compiles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache =
+        collage_build::tune::CostCache::load(root.join("examples/mnist/collage-cache.toml"))
+            .unwrap();
+    let g = collage_build::frontend::onnx::load(&root.join("examples/mnist/mnist.onnx")).unwrap();
+    for seed in [1, 3, 7] {
+        let opts = collage_build::driver::Options {
+            cache: Some(std::sync::Arc::new(cache.clone())),
+            schedule_seed: Some(seed),
+            ..Default::default()
+        };
+        collage_build::driver::compile(g.clone(), "m", &opts).unwrap();
+    }
+}

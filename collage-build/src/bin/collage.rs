@@ -184,7 +184,7 @@ struct PlaceArgs {
     #[arg(long, default_value_t = collage_build::ir::Limits::DEFAULT_CEILING)]
     max_tensor_bytes: u64,
     /// Draw every generated stage's plan at random from this seed (tests the plan space:
-    /// results must not change, only speed).
+    /// results must not change, only speed); the cache's recorded plans are not applied then.
     #[arg(long)]
     schedule_seed: Option<u64>,
     /// Leave weights and convolutions as lowered: no panels, transposed weights or direct

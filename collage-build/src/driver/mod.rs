@@ -56,7 +56,8 @@ pub struct Options {
     /// the target's address space.
     pub max_tensor_bytes: u64,
     /// Draw every generated stage's plan at random from this seed instead of the target's
-    /// default (tests of the plan space; the output must not change).
+    /// default (tests of the plan space; the output must not change). The plans recorded in
+    /// the cache are not applied then; its costs still guide the placement.
     pub schedule_seed: Option<u64>,
     /// Leave weights and convolutions as lowered (no panels, transposed weights or direct
     /// convolutions, and so no groups): a debugging switch.
@@ -147,8 +148,9 @@ pub fn compile_passed(
         symbol,
         &|n| assign[n],
         opts.switches(),
-        opts.cache
-            .is_some()
+        // A schedule seed draws every plan (a test of the plan space): recorded plans would
+        // take that draw back, so they apply only without one.
+        (opts.cache.is_some() && opts.schedule_seed.is_none())
             .then_some(&cached as &codegen::CachedPlan<'_>),
     )?;
     c.placement = Some(info);
