@@ -76,6 +76,20 @@ fn check_with(
     levels: &[&str],
     build: impl Fn(&mut Graph, collage_build::ir::ValueId) -> collage_build::ir::ValueId,
 ) {
+    check_isa(name, x_shape, opts, levels, Isa::Avx512, build)
+}
+
+/// [`check_with`], the generated code made to run instruction-set variant `isa` where this
+/// machine has a wider one (`Isa::defines`): so that the AVX2 and baseline variants' plans run
+/// on an AVX-512 machine too.
+fn check_isa(
+    name: &str,
+    x_shape: &[usize],
+    opts: &Options,
+    levels: &[&str],
+    isa: Isa,
+    build: impl Fn(&mut Graph, collage_build::ir::ValueId) -> collage_build::ir::ValueId,
+) {
     let x = rand(x_shape, 7);
     let make = |konst: bool| {
         let mut g = Graph::new(name);
@@ -100,7 +114,9 @@ fn check_with(
     let c = collage_build::driver::compile(make(false), "t", opts).unwrap();
     let work = std::env::temp_dir().join(format!("collage-sched-{name}-{}", std::process::id()));
     for &opt in levels {
-        let mut m = collage_build::native::NativeModel::build(&c, &work, opt).unwrap();
+        let mut m =
+            collage_build::native::NativeModel::build_defines(&c, &work, opt, isa.defines())
+                .unwrap();
         for threads in [1, 2] {
             let got = m
                 .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
@@ -108,7 +124,7 @@ fn check_with(
             let (ok, err) = tensor::compare(&got[0], &want);
             assert!(
                 ok,
-                "{name} ({opt}, {threads} threads, schedule seed {:?}): max error {err}",
+                "{name} ({opt}, {threads} threads, schedule seed {:?}, variant {isa}): max error {err}",
                 opts.schedule_seed
             );
         }
@@ -453,9 +469,11 @@ fn random_schedules_on_random_shapes() {
         };
         let d = &mut Draw(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
         let o = &["-O1"];
+        // Each seed runs one instruction-set variant: AVX2, baseline, AVX-512, AVX2, ...
+        let isa = Isa::ALL[(seed % 3) as usize];
         // Matrix product with a fused bias and ReLU (register-blocked, packed weights).
         let (m, k, n) = (d.int(1, 13), d.int(1, 70), d.int(1, 90));
-        check_with(&format!("r{seed}_mm"), &[m, k], &opts, o, |g, x| {
+        check_isa(&format!("r{seed}_mm"), &[m, k], &opts, o, isa, |g, x| {
             let w = g.add_const("w", rand(&[k, n], 3));
             let b = g.add_const("b", rand(&[n], 4));
             let y = node(g, "MatMul", Attrs::default(), vec![x, w]);
@@ -464,18 +482,26 @@ fn random_schedules_on_random_shapes() {
         });
         // Two activations (no packing), transposed.
         let (b, r, c) = (d.int(1, 3), d.int(1, 12), d.int(2, 40));
-        check_with(&format!("r{seed}_bmm"), &[b, r, c], &opts, o, |g, x| {
-            let t = node(g, "Transpose", ints(&[("perm", vec![0, 2, 1])]), vec![x]);
-            node(g, "MatMul", Attrs::default(), vec![t, x])
-        });
+        check_isa(
+            &format!("r{seed}_bmm"),
+            &[b, r, c],
+            &opts,
+            o,
+            isa,
+            |g, x| {
+                let t = node(g, "Transpose", ints(&[("perm", vec![0, 2, 1])]), vec![x]);
+                node(g, "MatMul", Attrs::default(), vec![t, x])
+            },
+        );
         // Convolution (im2col), then depthwise 3x3 and pointwise 1x1 (a fused group's kinds).
         let (ci, co, h, w) = (d.int(1, 6), d.int(1, 12), d.int(3, 20), d.int(3, 20));
         let (s, p) = (d.int(1, 2) as i64, d.int(0, 1) as i64);
-        check_with(
+        check_isa(
             &format!("r{seed}_conv"),
             &[1, ci, h, w],
             &opts,
             o,
+            isa,
             |g, x| {
                 let wt = g.add_const("w", rand(&[co, ci, 3, 3], 11));
                 let a = ints(&[
@@ -511,7 +537,7 @@ fn random_schedules_on_random_shapes() {
             let y = node(g, "Conv", a, vec![x, wt, b]);
             node(g, "Relu", Attrs::default(), vec![y])
         };
-        check_with(&name, &[1, ci, h, w], &opts, o, conv);
+        check_isa(&name, &[1, ci, h, w], &opts, o, isa, conv);
         let mut g = Graph::new(&name);
         let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, ci, h, w])));
         g.inputs.push(x);
@@ -539,11 +565,12 @@ fn random_schedules_on_random_shapes() {
         // through im2col with a vectorised epilogue, and a pointwise one over a long reduction
         // whose residual epilogue runs one element at a time.
         let (ci, co, h) = (d.int(1, 40), 16 * d.int(2, 6), d.int(2, 12));
-        check_with(
+        check_isa(
             &format!("r{seed}_channels"),
             &[1, ci, h, h],
             &opts,
             o,
+            isa,
             |g, x| {
                 let wt = g.add_const("w", rand(&[co, ci, 3, 3], 18));
                 let b = g.add_const("b", rand(&[co], 19));
@@ -559,11 +586,12 @@ fn random_schedules_on_random_shapes() {
         let (kh, kw) = (d.int(1, 3) as i64, d.int(1, 3) as i64);
         let (s, dil) = (d.int(1, 2) as i64, d.int(1, 2) as i64);
         let pads: Vec<i64> = (0..4).map(|_| d.int(0, 2) as i64).collect();
-        check_with(
+        check_isa(
             &format!("r{seed}_direct"),
             &[1, ci, h, w],
             &opts,
             o,
+            isa,
             |g, x| {
                 let wt = g.add_const("w", rand(&[co, ci, kh as usize, kw as usize], 22));
                 let b = g.add_const("b", rand(&[co], 23));
@@ -578,11 +606,12 @@ fn random_schedules_on_random_shapes() {
             },
         );
         let (ci, co, h) = (512 + d.int(0, 90), 16 * d.int(2, 4), d.int(1, 9));
-        check_with(
+        check_isa(
             &format!("r{seed}_channels_long"),
             &[1, ci, h, h],
             &opts,
             o,
+            isa,
             |g, x| {
                 let wt = g.add_const("w", rand(&[co, ci, 1, 1], 20));
                 let y = node(
@@ -598,16 +627,23 @@ fn random_schedules_on_random_shapes() {
         // Pooling.
         let (c, h) = (d.int(1, 5), d.int(2, 19));
         let (kk, st) = (d.int(1, 3).min(h) as i64, d.int(1, 2) as i64);
-        check_with(&format!("r{seed}_pool"), &[1, c, h, h], &opts, o, |g, x| {
-            let a = ints(&[("kernel_shape", vec![kk, kk]), ("strides", vec![st, st])]);
-            let y = node(g, "MaxPool", a, vec![x]);
-            let k2 = kk.min((h as i64 - kk) / st + 1);
-            let a = ints(&[("kernel_shape", vec![k2, k2]), ("strides", vec![st, st])]);
-            node(g, "AveragePool", a, vec![y])
-        });
+        check_isa(
+            &format!("r{seed}_pool"),
+            &[1, c, h, h],
+            &opts,
+            o,
+            isa,
+            |g, x| {
+                let a = ints(&[("kernel_shape", vec![kk, kk]), ("strides", vec![st, st])]);
+                let y = node(g, "MaxPool", a, vec![x]);
+                let k2 = kk.min((h as i64 - kk) / st + 1);
+                let a = ints(&[("kernel_shape", vec![k2, k2]), ("strides", vec![st, st])]);
+                node(g, "AveragePool", a, vec![y])
+            },
+        );
         // Reductions: softmax and layer normalisation (two passes over a row), a mean.
         let (r, c) = (d.int(1, 9), d.int(1, 150));
-        check_with(&format!("r{seed}_norm"), &[r, c], &opts, o, |g, x| {
+        check_isa(&format!("r{seed}_norm"), &[r, c], &opts, o, isa, |g, x| {
             let y = node(g, "Softmax", Attrs::default(), vec![x]);
             let scale = g.add_const("scale", rand(&[c], 14));
             let bias = g.add_const("bias", rand(&[c], 15));

@@ -101,11 +101,18 @@ impl NativeModel {
     /// [`NativeModel::build`], with `profiled` a build whose run function times every kernel
     /// (`CL_PROFILE`; read with [`NativeModel::take_profile`]).
     pub fn build_with(c: &Compiled, dir: &Path, opt: &str, profiled: bool) -> Result<Self> {
+        let defines: &[&str] = if profiled { &["CL_PROFILE"] } else { &[] };
+        Self::build_defines(c, dir, opt, defines)
+    }
+
+    /// [`NativeModel::build`] with preprocessor symbols defined: `Isa::defines` makes the code
+    /// run a narrower instruction-set variant than this machine's widest (a test of that
+    /// variant's plans); `CL_PROFILE` times every kernel ([`NativeModel::build_with`]).
+    pub fn build_defines(c: &Compiled, dir: &Path, opt: &str, defines: &[&str]) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let c_path = dir.join(format!("{}.c", c.symbol));
         std::fs::write(&c_path, &c.c_source).map_err(io_err(&c_path))?;
         let so = dir.join(format!("lib{}.so", c.symbol));
-        let defines: &[&str] = if profiled { &["CL_PROFILE"] } else { &[] };
         build_shared_with(&c_path, &so, opt, defines)?;
         // SAFETY: the library was just built from our generated C code, which has no constructors.
         let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
@@ -129,7 +136,7 @@ impl NativeModel {
                 c.weights.len(),
             )
         };
-        let profile = if profiled {
+        let profile = if defines.contains(&"CL_PROFILE") {
             let sym = format!("collage_{}_profile_ns", c.symbol);
             // SAFETY: a profiled build defines the counters as `uint64_t[max(1, bufs)]`.
             let counters =
