@@ -1,5 +1,6 @@
 //! Graph passes, run as an explicit ordered pipeline with the verifier after each.
 mod batchnorm;
+mod canonical;
 mod control;
 mod dce;
 mod deconv;
@@ -23,6 +24,7 @@ pub type Pass = (&'static str, fn(&mut Graph) -> Result<()>);
 /// `MatMul`s (`einsum`), and dead-code elimination.
 pub const PIPELINE: &[Pass] = &[
     ("infer", infer_and_fold),
+    ("canonical", canonical::run),
     ("fold_batchnorm", batchnorm::run),
     ("deconv", deconv::run),
     ("einsum", einsum::run),
