@@ -355,6 +355,42 @@ fn erf_is_accurate_across_its_range() {
     unary_is_accurate("Erf", &xs, libm::erf, 2e-6, 4e-7);
 }
 
+/// `exp` over its whole range: the overflow to infinity, the gradual underflow through the
+/// subnormals, and exactly 0 below it (a masked attention score, -1e4) — the last selected on the
+/// bits rather than computed (`cl_expf`).
+#[test]
+fn exp_is_accurate_from_underflow_to_overflow() {
+    let mut xs: Vec<f32> = vec![
+        f32::NEG_INFINITY,
+        -1e30,
+        -1e4,
+        -200.0,
+        -104.5,
+        -104.0,
+        -103.9,
+        -103.0,
+        -100.0,
+        -95.0,
+        -88.0,
+        -87.3,
+        -50.0,
+        -1.0,
+        -1e-7,
+        0.0,
+        1e-7,
+        1.0,
+        50.0,
+        88.0,
+        88.7,
+        89.0,
+        100.0,
+        f32::INFINITY,
+        f32::NAN,
+    ];
+    xs.extend((0..200).map(|i| -110.0 + i as f32 * 1.01));
+    unary_is_accurate("Exp", &xs, |v| libm::expf(v as f32) as f64, 4e-7, 3e-45);
+}
+
 #[test]
 fn log_sin_and_cos_are_accurate_across_the_floats() {
     // f32 log, sin and cos without libm (vectorisable): within 2 ulp of f64 libm everywhere,

@@ -215,18 +215,20 @@ static inline float cl_erff(float x) {
    libm's exp): x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23, ln2 split in
    two so n ln2 is exact), exp(r) by its Taylor polynomial of degree 6 (relative error < 2e-7),
    2^n as two exponent-field scalings so that n above 127 overflows to inf and n below -126 falls
-   gradually to 0. Inputs are clamped to [-104, 89] first (beyond, the result is 0 or inf); NaN
-   stays NaN (it fails both comparisons). */
+   gradually to 0. Inputs above 89 are clamped to it (the result is inf); below -104 the result
+   is 0, selected on the bits after computing exp(0): clamped to -104 instead, every such input
+   (a masked attention score, -1e4) would compute a denormal, and each denormal result costs a
+   microcode assist of a hundred cycles or more. NaN stays NaN (it fails both comparisons). */
 #define CL_EXP_POLY(r) (1.0f + (r) * (1.0f + (r) * (0.5f + (r) * (0.16666667f + (r) * (0.041666668f + (r) * (0.008333334f + (r) * 0.0013888889f))))))
 static inline float cl_expf(float x) {
-    float c = cl_sel_f32(x < -104.0f, -104.0f, cl_sel_f32(x > 89.0f, 89.0f, x));
+    float c = cl_sel_f32(x < -104.0f, 0.0f, cl_sel_f32(x > 89.0f, 89.0f, x));
     float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
     float r = c - n * 0.693145752f - n * 1.42860677e-6f;
     union { float f; uint32_t u; } b = { t }, s1, s2;
     int32_t k = (int32_t)(b.u - 0x4B400000u), k1 = k >> 1;
     s1.u = (uint32_t)(k1 + 127) << 23;
     s2.u = (uint32_t)(k - k1 + 127) << 23;
-    return CL_EXP_POLY(r) * s1.f * s2.f;
+    return cl_sel_f32(x < -104.0f, 0.0f, CL_EXP_POLY(r) * s1.f * s2.f);
 }
 
 /* tanh for f32 without a library call, so that it vectorises (glibc's tanhf is a scalar call):
