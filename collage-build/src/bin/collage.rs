@@ -151,8 +151,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
         /// Raw little-endian f32 input file (default: deterministic pseudo-random data).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "data")]
         input: Option<PathBuf>,
+        /// Folder with `input_<i>.pb`, one per input (as `run --data`): real data for models
+        /// with several or integer inputs, whose speed can depend on the values (a mask).
+        #[arg(long)]
+        data: Option<PathBuf>,
         /// Minimum timed seconds.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
@@ -586,19 +590,21 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             threads,
             json,
             input,
+            data,
             seconds,
             profile,
             place,
         } => {
             let opts = place.options_for(threads)?;
             let work = work_dir("bench");
-            let input = match input {
-                Some(p) => {
+            let input = match (input, data) {
+                (_, Some(d)) => Some(tools::read_inputs(&d)?),
+                (Some(p), None) => {
                     let g = collage_build::frontend::onnx::load_with(&model, &opts.bindings)?;
                     let ty = g.ty(g.inputs[0]).clone();
                     Some(vec![tools::read_raw_f32(&p, &ty.shape)?])
                 }
-                None => None,
+                (None, None) => None,
             };
             if profile {
                 let pr = collage_build::driver::profile::profile(

@@ -181,6 +181,11 @@ pub fn check_threads(
     Ok(())
 }
 
+/// The tensors of `dir/input_<i>.pb`, in order (the ONNX backend test layout).
+pub fn read_inputs(dir: &Path) -> Result<Vec<Tensor>> {
+    files(dir, "input").iter().map(|p| read_pb(p)).collect()
+}
+
 fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut v = Vec::new();
     for i in 0.. {
