@@ -530,18 +530,18 @@ impl Build {
             self.warn(&format!("model {source}: {w}"));
         }
         let misses = (misses > 0).then_some((misses, source));
-        let (files, c_files) = if suffixes.iter().all(Option::is_none) && cs.len() == 1 {
-            let files = write_sources(&cs[0], out)?;
-            let c = vec![files[1].clone()];
-            (files, c)
-        } else {
-            let named: Vec<(&str, Compiled)> = suffixes
-                .iter()
-                .map(|s| s.as_deref().unwrap_or(""))
-                .zip(cs.iter().cloned())
-                .collect();
-            write_variant_sources(symbol, named, out)?
-        };
+        let (files, c_files, weight_bytes) =
+            if suffixes.iter().all(Option::is_none) && cs.len() == 1 {
+                let files = write_sources(&cs[0], out)?;
+                let c = vec![files[1].clone()];
+                (files, c, cs[0].weights.len())
+            } else {
+                let names: Vec<&str> = suffixes
+                    .iter()
+                    .map(|s| s.as_deref().unwrap_or(""))
+                    .collect();
+                write_variant_sources(symbol, &names, &mut cs, out)?
+            };
         let c = &cs[0];
         if self.cargo {
             let mut libs: Vec<String> = cs
@@ -563,7 +563,7 @@ impl Build {
                 .warnings(false)
                 .try_compile(&format!("collage_{symbol}"))
                 .map_err(|e| Error::CCompile {
-                    path: files[1].clone(),
+                    path: c_files[0].clone(),
                     detail: e.to_string(),
                 })?;
         }
@@ -572,8 +572,7 @@ impl Build {
                 name: c.name.clone(),
                 symbol: symbol.to_string(),
                 arena_size: cs.iter().map(|c| c.arena_size).max().unwrap_or(0),
-                weight_bytes: std::fs::metadata(out.join(format!("{symbol}.weights")))
-                    .map_or(c.weights.len(), |m| m.len() as usize),
+                weight_bytes,
                 files,
             },
             misses,
@@ -612,45 +611,50 @@ impl Build {
 }
 
 /// Writes the variants of one model: `<symbol>.rs` (one `Model` type with a method per
-/// variant), one weight blob `<symbol>.weights` the variants share, and `<symbol>_<suffix>.c` per
-/// variant. Returns every file written and the C files.
+/// variant, `run_<suffix>`), one weight blob `<symbol>.weights` the variants share
+/// ([`crate::codegen::share_weights`], which prints each variant's C again for it, in `cs`), and
+/// `<symbol>_<suffix>.c` per variant. Returns every file written, the C files and the blob's size.
 pub fn write_variant_sources(
     symbol: &str,
-    mut variants: Vec<(&str, Compiled)>,
+    suffixes: &[&str],
+    cs: &mut [Compiled],
     out: &Path,
-) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
-    let mut cs: Vec<Compiled> = variants.iter().map(|(_, c)| c.clone()).collect();
-    let blob = crate::codegen::share_weights(&mut cs);
-    for ((_, v), c) in variants.iter_mut().zip(cs) {
-        *v = c;
-    }
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>, usize)> {
+    let blob = crate::codegen::share_weights(cs);
     let weights_file = format!("{symbol}.weights");
-    let name = variants
-        .first()
-        .map_or(symbol.to_string(), |(_, c)| c.name.clone());
+    let name = cs.first().map_or(symbol, |c| c.name.as_str());
     let refs: Vec<(Option<&str>, &Compiled)> =
-        variants.iter().map(|(s, c)| (Some(*s), c)).collect();
+        suffixes.iter().map(|s| Some(*s)).zip(cs.iter()).collect();
+    let glue = crate::codegen::rust::emit_variants(name, &refs, blob.len(), &weights_file);
+    let blob_len = blob.len();
     let mut files = vec![
-        (
-            out.join(format!("{symbol}.rs")),
-            crate::codegen::rust::emit_variants(&name, &refs, blob.len(), &weights_file)
-                .into_bytes(),
-        ),
+        (out.join(format!("{symbol}.rs")), glue.into_bytes()),
         (out.join(&weights_file), blob),
     ];
-    for (_, c) in &variants {
-        files.push((
+    files.extend(cs.iter().map(|c| {
+        (
             out.join(format!("{}.c", c.symbol)),
             c.c_source.clone().into_bytes(),
-        ));
-    }
-    for (p, bytes) in &files {
+        )
+    }));
+    write_if_changed(&files)?;
+    let c_files = files[2..].iter().map(|(p, _)| p.clone()).collect();
+    Ok((
+        files.into_iter().map(|(p, _)| p).collect(),
+        c_files,
+        blob_len,
+    ))
+}
+
+/// Writes each file whose contents differ, keeping the mtime of unchanged files so Cargo and cc
+/// do not rebuild needlessly.
+fn write_if_changed(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    for (p, bytes) in files {
         if std::fs::read(p).ok().as_deref() != Some(bytes.as_slice()) {
             std::fs::write(p, bytes).map_err(io_err(p))?;
         }
     }
-    let c_files = files[2..].iter().map(|(p, _)| p.clone()).collect();
-    Ok((files.into_iter().map(|(p, _)| p).collect(), c_files))
+    Ok(())
 }
 
 /// Writes `<symbol>.rs`, `<symbol>.c` and `<symbol>.weights` to `out`.
@@ -667,11 +671,6 @@ pub fn write_sources(c: &Compiled, out: &Path) -> Result<Vec<PathBuf>> {
         ),
         (out.join(&weights_file), c.weights.clone()),
     ];
-    for (p, bytes) in &files {
-        // Keep the mtime of unchanged files so Cargo and cc do not rebuild needlessly.
-        if std::fs::read(p).ok().as_deref() != Some(bytes.as_slice()) {
-            std::fs::write(p, bytes).map_err(io_err(p))?;
-        }
-    }
+    write_if_changed(&files)?;
     Ok(files.into_iter().map(|(p, _)| p).collect())
 }

@@ -88,10 +88,6 @@ pub fn run(g: &mut Graph) -> Result<()> {
         conv.outputs[0] = y;
         remove[bi] = true;
     }
-    let mut i = 0;
-    g.nodes.retain(|_| {
-        i += 1;
-        !remove[i - 1]
-    });
+    super::drop_nodes(g, &remove);
     Ok(())
 }

@@ -132,11 +132,7 @@ fn fold_conv_bias(g: &mut Graph) {
         conv.outputs[0] = out;
         remove[ai] = true;
     }
-    let mut i = 0;
-    g.nodes.retain(|_| {
-        i += 1;
-        !remove[i - 1]
-    });
+    super::drop_nodes(g, &remove);
 }
 
 /// `Pow(x, 2 | 3 | 0.5)` as products or a square root.

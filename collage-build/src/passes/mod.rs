@@ -66,6 +66,15 @@ pub(crate) fn replace_nodes(
     infer_and_fold(g)
 }
 
+/// Drops the nodes marked in `remove` (indexed like `g.nodes`), keeping the others' order.
+pub(crate) fn drop_nodes(g: &mut Graph, remove: &[bool]) {
+    let mut i = 0;
+    g.nodes.retain(|_| {
+        i += 1;
+        !remove[i - 1]
+    });
+}
+
 /// An operator of `op_type` (opset 18) with `attrs`, taking `n_inputs` inputs, for a pass's
 /// new nodes.
 pub(crate) fn op(
