@@ -60,7 +60,7 @@ fn profile_times_every_kernel_and_the_page_draws_it() {
     .unwrap();
     let g = collage_build::frontend::onnx::load(&model).unwrap();
     let c = driver::compile(g, "mnist", &opts).unwrap();
-    let mut ids: Vec<u32> = pr.kernels.iter().map(|k| k.id).collect();
+    let mut ids: Vec<_> = pr.kernels.iter().map(|k| k.id).collect();
     ids.sort_unstable();
     assert_eq!(
         ids,

@@ -13,7 +13,7 @@ mod common;
 
 use collage_build::codegen::{self, Location};
 use collage_build::driver::{self, Options};
-use collage_build::te::{BufKind, Isa, PlanChoice};
+use collage_build::te::{BufId, BufKind, Isa, PlanChoice};
 use collage_build::tune::cache::TargetFingerprint;
 use collage_build::tune::{measure, price};
 
@@ -80,7 +80,7 @@ fn check(name: &str, model: &Path) {
     );
     for (k, place) in places.iter().enumerate() {
         if let Location::Arena(off) = place {
-            let bytes = p.arena_bytes(k as u32);
+            let bytes = p.arena_bytes(BufId::new(k));
             writeln!(arena, "b{k} [{off}, {})", off + bytes).unwrap();
         }
     }
@@ -123,7 +123,7 @@ fn plans_are_the_printed_ones(c: &codegen::Compiled) {
     let target = collage_build::target::Target::for_build();
     let cpu = target.cpu().unwrap();
     let mut planned = 0;
-    for b in 0..p.bufs.len() as u32 {
+    for b in p.buf_ids() {
         let Some(st) = p.stage(b) else { continue };
         for isa in Isa::ALL {
             let Some(plan) = p.plan(b, isa) else { continue };
@@ -260,7 +260,7 @@ fn plan_lines(p: &collage_build::te::Program) -> String {
     for (k, b) in p.bufs.iter().enumerate() {
         if let BufKind::Stage(st) = &b.kind {
             let plan = p
-                .plan(k as u32, Isa::Avx512)
+                .plan(BufId::new(k), Isa::Avx512)
                 .map_or("library call".to_string(), |pl| pl.to_string());
             writeln!(out, "b{k} {:?}: {plan}", st.name).unwrap();
         }

@@ -583,7 +583,8 @@ fn random_schedules_on_random_shapes() {
         // The drawn plans may make the GEMM another kind; where it is register-blocked in
         // every variant, the im2col and it form a group.
         let p = &c.program;
-        let gemm = (0..p.bufs.len() as u32)
+        let gemm = p
+            .buf_ids()
             .filter(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
             .all(|b| {
                 Isa::ALL
@@ -740,9 +741,7 @@ fn channel_convolutions_read_their_padded_input() {
     let plans = |h: usize, co: usize| -> (Vec<String>, Vec<(String, Vec<usize>)>) {
         let c = padded_conv3x3(&[1, 40, h, h], co);
         let p = &c.program;
-        let stages: Vec<_> = (0..p.bufs.len() as u32)
-            .filter_map(|b| Some((b, p.stage(b)?)))
-            .collect();
+        let stages: Vec<_> = p.buf_ids().filter_map(|b| Some((b, p.stage(b)?))).collect();
         (
             stages
                 .iter()
@@ -869,7 +868,7 @@ fn seeds_draw_every_plan_kind() {
             };
             let c = collage_build::driver::compile(g, "t", &opts).unwrap();
             let p = &c.program;
-            for b in 0..p.bufs.len() as u32 {
+            for b in p.buf_ids() {
                 if let Some(plan) = p.plan(b, Isa::Avx512) {
                     seen.insert(format!("{:?}", plan.kind()));
                 }

@@ -124,7 +124,8 @@ fn cached_plans_apply_and_bad_ones_are_warnings() {
     };
     let plain = collage_build::driver::compile_passed(build(), "t", &opts(None), &target).unwrap();
     let p = &plain.program;
-    let id = (0..p.bufs.len() as u32)
+    let id = p
+        .buf_ids()
         .find(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
         .unwrap();
     let key = price::kernel_key(p, id, &target);

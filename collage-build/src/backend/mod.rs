@@ -11,7 +11,7 @@ use crate::ops::OpKind;
 use crate::partition::rule::PartitionRule;
 use crate::schedule::Location;
 pub use crate::te::BackendId;
-use crate::te::{Expr, Program, Stage};
+use crate::te::{BufId, Expr, Program, Stage};
 
 pub use c::CBackend;
 pub use gemm::GemmLibrary;
@@ -84,20 +84,20 @@ pub trait WindowCalls {
         &self,
         out: &mut String,
         places: &[Location],
-        id: u32,
+        id: BufId,
         fname: &str,
     ) -> Option<Expr>;
     /// What of window stage `id`'s finalize its call does not take (what
     /// [`emit_call`](WindowCalls::emit_call) returns), for the plan of its in-place epilogue.
-    fn epilogue(&self, id: u32) -> Option<Expr>;
+    fn epilogue(&self, id: BufId) -> Option<Expr>;
     /// Statements at the start of the entry point `collage_<symbol>_run`.
     fn emit_entry(&self, out: &mut String);
 }
 
 impl dyn WindowCalls + '_ {
     /// [`WindowCalls::epilogue`] of every window stage of `p`, by buffer.
-    pub fn epilogues(&self, p: &Program) -> std::collections::HashMap<u32, Option<Expr>> {
-        (0..p.bufs.len() as u32)
+    pub fn epilogues(&self, p: &Program) -> std::collections::HashMap<BufId, Option<Expr>> {
+        p.buf_ids()
             .filter(|&b| p.stage(b).is_some_and(|st| st.exec.window().is_some()))
             .map(|b| (b, self.epilogue(b)))
             .collect()

@@ -8,8 +8,8 @@ use crate::schedule::analysis::{is_vector, split_body, vectorizable};
 use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Location;
 use crate::te::{
-    BinOp, Bound, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall, PlainPlan,
-    Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window, PANEL,
+    BinOp, Bound, BufId, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall,
+    PlainPlan, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window, PANEL,
 };
 
 mod channel;
@@ -34,8 +34,8 @@ fn const_bytes(p: &Program, st: &Stage) -> usize {
     srcs.dedup();
     srcs.iter()
         .filter_map(|s| match s {
-            Src::Buf(b) if matches!(p.bufs[*b as usize].kind, BufKind::Const(_)) => {
-                Some(p.bufs[*b as usize].ty.bytes())
+            Src::Buf(b) if matches!(p.bufs[b.index()].kind, BufKind::Const(_)) => {
+                Some(p.bufs[b.index()].ty.bytes())
             }
             _ => None,
         })
@@ -117,12 +117,12 @@ struct Emitter<'a> {
     acc: DType,
     /// A group's producer, whose panels are addressed from the instance's first panel (the C
     /// variable `pb`): its buffer is the instance's scratch slot.
-    rebase: Option<u32>,
+    rebase: Option<BufId>,
 }
 
 impl Emitter<'_> {
     /// The panel of column `c` (a C expression) of packed buffer `b`, as C.
-    fn panel(&self, b: u32, c: &str) -> String {
+    fn panel(&self, b: BufId, c: &str) -> String {
         if self.rebase == Some(b) {
             format!("(({c}) / {PANEL} - pb)")
         } else {
@@ -134,7 +134,7 @@ impl Emitter<'_> {
         e.dtype(&|s| self.p.dtype(s), self.acc)
     }
 
-    fn buf(s: &Src) -> u32 {
+    fn buf(s: &Src) -> BufId {
         match s {
             Src::Buf(b) => *b,
             other => panic!("unresolved source {other:?}"),
@@ -149,7 +149,7 @@ impl Emitter<'_> {
             Expr::Const(s) => scalar(*s),
             Expr::Load(s, idx) => {
                 let b = Self::buf(s);
-                let buf = &self.p.bufs[b as usize];
+                let buf = &self.p.bufs[b.index()];
                 if buf.packed {
                     let (rowflat, rows) = packed_row(idx, &buf.ty.shape);
                     let c = self.expr(idx.last().expect("packed buffers have rank >= 2"));
@@ -414,16 +414,16 @@ type Windows<'a> = Option<(
 /// The arena ranges (offset, bytes) stage `id` reads and writes, sorted: its own buffer and the
 /// arena buffers its body and finalize load, with a group's producer's for its consumer (one task
 /// runs both). What `CL_LIVE` leaves unpoisoned in a sanitised build.
-fn live_ranges(p: &Program, places: &[Location], id: u32) -> Vec<(usize, usize)> {
-    let reads = |b: u32| p.stage(b).expect("a stage").reads();
-    let mut bufs: Vec<u32> = std::iter::once(id).chain(reads(id)).collect();
+fn live_ranges(p: &Program, places: &[Location], id: BufId) -> Vec<(usize, usize)> {
+    let reads = |b: BufId| p.stage(b).expect("a stage").reads();
+    let mut bufs: Vec<BufId> = std::iter::once(id).chain(reads(id)).collect();
     if let Some(g) = p.groups.iter().find(|g| g.consumer == id) {
         bufs.push(g.producer);
         bufs.extend(reads(g.producer));
     }
     let mut ranges: Vec<(usize, usize)> = bufs
         .into_iter()
-        .filter_map(|b| match places[b as usize] {
+        .filter_map(|b| match places[b.index()] {
             Location::Arena(o) => Some((o, p.arena_bytes(b))),
             _ => None,
         })
@@ -439,7 +439,7 @@ fn arena_end(p: &Program, places: &[Location]) -> usize {
         .iter()
         .enumerate()
         .filter_map(|(b, pl)| match pl {
-            Location::Arena(o) => Some(o + p.arena_bytes(b as u32)),
+            Location::Arena(o) => Some(o + p.arena_bytes(BufId::new(b))),
             _ => None,
         })
         .max()
@@ -464,15 +464,14 @@ fn emit_variant(
     // The statements of the variant's `run`.
     let mut calls = Vec::new();
     // After a kernel's calls: its time in a profiled build.
-    let tick = |calls: &mut Vec<String>, id: u32| {
+    let tick = |calls: &mut Vec<String>, id: BufId| {
         calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"))
     };
     let end = arena_end(p, places);
-    for (i, b) in p.bufs.iter().enumerate() {
+    for (id, b) in p.buf_ids().zip(&p.bufs) {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
-        let id = i as u32;
         // A group's producer runs inside its consumer's task.
         if end > 0 && !p.groups.iter().any(|g| g.producer == id) {
             calls.push(live_line(end, &live_ranges(p, places, id)));
@@ -524,13 +523,13 @@ fn emit_variant(
             .iter()
             .find(|g| g.producer == id || g.consumer == id)
         {
-            let Location::Arena(slots_at) = places[g.producer as usize] else {
+            let Location::Arena(slots_at) = places[g.producer.index()] else {
                 panic!("group producer {} is not in the arena", g.producer)
             };
             let m = Member {
                 group: g,
                 slots_at,
-                slot_bytes: g.slot_bytes(&p.bufs[g.producer as usize]),
+                slot_bytes: g.slot_bytes(&p.bufs[g.producer.index()]),
                 fill: g.producer == id,
             };
             let plan = stage_plan(p, id, st, isa);
@@ -640,7 +639,7 @@ fn emit_group_task(
 }
 
 /// The plan stage `id` (`st`) of `p` is printed from for `isa`: the one the planner stored.
-fn stage_plan<'p>(p: &'p Program, id: u32, st: &Stage, isa: Isa) -> &'p KernelPlan {
+fn stage_plan<'p>(p: &'p Program, id: BufId, st: &Stage, isa: Isa) -> &'p KernelPlan {
     p.plan(id, isa).unwrap_or_else(|| {
         panic!(
             "stage {} (b{id}) has no plan: the program was not planned",
@@ -656,7 +655,7 @@ fn emit_stage(
     out: &mut CWriter,
     p: &Program,
     places: &[Location],
-    id: u32,
+    id: BufId,
     st: &Stage,
     plan: &KernelPlan,
     isa: Isa,
@@ -705,8 +704,8 @@ fn emit_stage(
     }
     srcs.sort();
     srcs.dedup();
-    let ptr = |b: u32, konst: bool| -> String {
-        let ty = p.bufs[b as usize].ty.dtype.c_type();
+    let ptr = |b: BufId, konst: bool| -> String {
+        let ty = p.bufs[b.index()].ty.dtype.c_type();
         let q = if konst { "const " } else { "" };
         if let Some(m) = member.filter(|m| m.group.producer == b) {
             return format!(
@@ -714,7 +713,7 @@ fn emit_stage(
                 m.slots_at, m.slot_bytes
             );
         }
-        match places[b as usize] {
+        match places[b.index()] {
             Location::Input(i) => {
                 format!("const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
             }
@@ -843,7 +842,7 @@ fn emit_stage(
         flat_out
     };
     let cty = st.ty.dtype.c_type();
-    let flat_out = if p.bufs[id as usize].packed {
+    let flat_out = if p.bufs[id.index()].packed {
         let l = rank - 1;
         let (rowflat, rows) = packed_rows(shape);
         format!(
@@ -990,7 +989,7 @@ fn emit_guarded(
     em: &Emitter,
     g: &Window,
     copy: bool,
-    id: u32,
+    id: BufId,
     st: &Stage,
     split: Option<usize>,
     flat_out: &str,
@@ -1058,7 +1057,7 @@ fn emit_guarded(
             *b = format!("cl_min_i64({b}, ch)");
         }
     }
-    if em.p.bufs[id as usize].packed {
+    if em.p.bufs[id.index()].packed {
         // i{l} = base + v; segments end at panel boundaries.
         let base = match split {
             Some(w) => format!("i{rank} * {w}"),
@@ -1136,7 +1135,7 @@ fn vector_copy(src_def: &str, scalar_loop: &str, lanes: usize) -> String {
 }
 
 impl RowPlan {
-    fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage) {
+    fn emit(&self, out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
         let (v, n) = (self.v, shape[self.v]);
@@ -1221,7 +1220,7 @@ impl RowPlan {
 }
 
 impl GemmPlan {
-    fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage) {
+    fn emit(&self, out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
         let (v, n, w, nv) = (self.v, shape[self.v], self.lanes, self.vecs);
@@ -1445,7 +1444,7 @@ fn row_address(em: &Emitter, e: &Expr, v: u32, col: &str) -> String {
     match e {
         Expr::Load(s, idx) => {
             let b = Emitter::buf(s);
-            let flat = Expr::flatten(idx, &em.p.bufs[b as usize].ty.shape);
+            let flat = Expr::flatten(idx, &em.p.bufs[b.index()].ty.shape);
             format!("&b{b}[{} + {col}]", em.expr(&at_zero(&flat, v)))
         }
         Expr::LoadFlat(s, f) => {
@@ -1484,7 +1483,7 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
     match e {
         Expr::Load(s, idx) => {
             let b = Emitter::buf(s);
-            let buf = &em.p.bufs[b as usize];
+            let buf = &em.p.bufs[b.index()];
             if buf.packed {
                 let (rowflat, rows) = packed_row(idx, &buf.ty.shape);
                 return format!(
@@ -1580,7 +1579,7 @@ fn unravel_outer(out: &mut CWriter, shape: &[usize], nd: usize) {
 /// A cumulative reduction as running accumulators ([`ScanPlan`]): the dimensions before the
 /// scanned one are the outer loop, one accumulator per position of those after it (a row the
 /// compiler vectorises), and the scanned dimension is walked in order between them.
-fn emit_scan(out: &mut CWriter, em: &Emitter, id: u32, st: &Stage, sp: &ScanPlan) {
+fn emit_scan(out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage, sp: &ScanPlan) {
     let shape = &st.ty.shape;
     let rank = shape.len();
     let r = st.reduce.as_ref().expect("a scan reduces");

@@ -9,7 +9,7 @@
 use super::writer::CWriter;
 use crate::ir::DType;
 use crate::schedule::{buf_ptr, Location};
-use crate::te::{BinOp, Expr, Program, RedOp, Src, Stage};
+use crate::te::{BinOp, BufId, Expr, Program, RedOp, Src, Stage};
 
 /// An index expression as `c + r * RVar(0) + sum(vars[k] * Var(k))`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,10 +82,10 @@ fn affine(e: &Expr) -> Option<Affine> {
 }
 
 /// The buffer and flat element offset of a load, as an affine form.
-fn load_offset(p: &Program, e: &Expr) -> Option<(u32, Affine)> {
+fn load_offset(p: &Program, e: &Expr) -> Option<(BufId, Affine)> {
     match e {
         Expr::Load(Src::Buf(b), idx) => {
-            let shape = &p.bufs[*b as usize].ty.shape;
+            let shape = &p.bufs[b.index()].ty.shape;
             let mut acc = Affine::default();
             let mut stride = 1i64;
             for (ie, &d) in idx.iter().zip(shape).rev() {
@@ -103,7 +103,7 @@ fn load_offset(p: &Program, e: &Expr) -> Option<(u32, Affine)> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operand {
     /// The buffer.
-    pub buf: u32,
+    pub buf: BufId,
     /// Constant element offset.
     pub off: i64,
     /// Element stride per batch index (one per batch dimension of the output).
@@ -149,7 +149,7 @@ pub fn gemm_call(p: &Program, st: &Stage) -> Option<GemmCall> {
     let (bx, ax) = load_offset(p, x)?;
     let (by, ay) = load_offset(p, y)?;
     for b in [bx, by] {
-        let buf = &p.bufs[b as usize];
+        let buf = &p.bufs[b.index()];
         if buf.ty.dtype != DType::F32 || buf.packed {
             return None;
         }
@@ -174,7 +174,7 @@ pub fn gemm_call(p: &Program, st: &Stage) -> Option<GemmCall> {
     } else {
         return None;
     };
-    let operand = |(buf, f): (u32, Affine), rs: i64, cs: i64| Operand {
+    let operand = |(buf, f): (BufId, Affine), rs: i64, cs: i64| Operand {
         buf,
         off: f.c,
         batch: (0..nb).map(|d| f.var(d)).collect(),
@@ -292,7 +292,7 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
 pub fn emit_gemm(
     out: &mut CWriter,
     places: &[Location],
-    id: u32,
+    id: BufId,
     g: &GemmCall,
     backend: crate::backend::BackendId,
     fname: &str,
@@ -303,8 +303,8 @@ pub fn emit_gemm(
         .ok()
         .and_then(|b| b.gemm_fn())
         .unwrap_or_else(|| panic!("backend {backend} places GEMMs but names no GEMM function"));
-    let ptr = |b: u32| buf_ptr(places, b);
-    let Location::Arena(co) = places[id as usize] else {
+    let ptr = |b: BufId| buf_ptr(places, b);
+    let Location::Arena(co) = places[id.index()] else {
         panic!("GEMM stage {id} is not in the arena")
     };
     let nb: usize = g.batch.iter().product();
@@ -362,7 +362,7 @@ mod tests {
     fn mm(p: &mut Program, a_shape: Vec<usize>, b_shape: Vec<usize>, body: Expr) -> Stage {
         let a = p.push("a", TensorType::new(DType::F32, a_shape), BufKind::Input(0));
         let b = p.push("b", TensorType::new(DType::F32, b_shape), BufKind::Input(1));
-        assert_eq!((a, b), (0, 1));
+        assert_eq!((a, b), (BufId(0), BufId(1)));
         Stage {
             name: "mm".into(),
             ty: TensorType::new(DType::F32, vec![2, 3, 5]),
@@ -383,8 +383,14 @@ mod tests {
     fn batched_matmul_and_transposed_operand() {
         let mut p = Program::default();
         // C[b, m, n] = A[b, m, r] * B[n, r] (B transposed, shared by the batch).
-        let body = Expr::load(Src::Buf(0), vec![Expr::var(0), Expr::var(1), Expr::rvar(0)])
-            .mul(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let body = Expr::load(
+            Src::Buf(BufId(0)),
+            vec![Expr::var(0), Expr::var(1), Expr::rvar(0)],
+        )
+        .mul(Expr::load(
+            Src::Buf(BufId(1)),
+            vec![Expr::var(2), Expr::rvar(0)],
+        ));
         let st = mm(&mut p, vec![2, 3, 4], vec![5, 4], body);
         let g = gemm_call(&p, &st).expect("a GEMM");
         assert_eq!((g.m, g.n, g.k, g.batch.clone()), (3, 5, 4, vec![2]));
@@ -397,21 +403,36 @@ mod tests {
     fn rejects_non_affine_and_non_product_bodies() {
         let mut p = Program::default();
         let div = Expr::load(
-            Src::Buf(0),
+            Src::Buf(BufId(0)),
             vec![Expr::var(0), Expr::var(1), Expr::rvar(0).div(Expr::i(2))],
         )
-        .mul(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        .mul(Expr::load(
+            Src::Buf(BufId(1)),
+            vec![Expr::var(2), Expr::rvar(0)],
+        ));
         let st = mm(&mut p, vec![2, 3, 4], vec![5, 4], div);
         assert!(gemm_call(&p, &st).is_none());
         let mut p = Program::default();
-        let sum = Expr::load(Src::Buf(0), vec![Expr::var(0), Expr::var(1), Expr::rvar(0)])
-            .add(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let sum = Expr::load(
+            Src::Buf(BufId(0)),
+            vec![Expr::var(0), Expr::var(1), Expr::rvar(0)],
+        )
+        .add(Expr::load(
+            Src::Buf(BufId(1)),
+            vec![Expr::var(2), Expr::rvar(0)],
+        ));
         let st = mm(&mut p, vec![2, 3, 4], vec![5, 4], sum);
         assert!(gemm_call(&p, &st).is_none());
         // Both operands move with m and n: not a product of matrices.
         let mut p = Program::default();
-        let both = Expr::load(Src::Buf(0), vec![Expr::var(0), Expr::var(1), Expr::var(2)])
-            .mul(Expr::load(Src::Buf(1), vec![Expr::var(2), Expr::rvar(0)]));
+        let both = Expr::load(
+            Src::Buf(BufId(0)),
+            vec![Expr::var(0), Expr::var(1), Expr::var(2)],
+        )
+        .mul(Expr::load(
+            Src::Buf(BufId(1)),
+            vec![Expr::var(2), Expr::rvar(0)],
+        ));
         let st = mm(&mut p, vec![2, 3, 5], vec![5, 4], both);
         assert!(gemm_call(&p, &st).is_none());
     }

@@ -170,22 +170,22 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
             let Src::Buf(b) = resolve(*s, &local_bufs) else {
                 unreachable!()
             };
-            if p.bufs[b as usize].ty != outputs[k] {
+            if p.bufs[b.index()].ty != outputs[k] {
                 return Err(err(OpError::expected(
                     format!("lowered output {k} of type {}", outputs[k]),
-                    &p.bufs[b as usize].ty,
+                    &p.bufs[b.index()].ty,
                 )));
             }
-            if matches!(p.bufs[b as usize].kind, BufKind::Stage(_)) {
-                p.bufs[b as usize].name = g.value(o).name.clone();
+            if matches!(p.bufs[b.index()].kind, BufKind::Stage(_)) {
+                p.bufs[b.index()].name = g.value(o).name.clone();
             }
             buf_of.insert(o, b);
         }
     }
     for &v in &g.outputs {
         let mut b = buf(&mut p, &mut buf_of, v);
-        if !matches!(p.bufs[b as usize].kind, BufKind::Stage(_)) || p.outputs.contains(&b) {
-            let ty = p.bufs[b as usize].ty.clone();
+        if !matches!(p.bufs[b.index()].kind, BufKind::Stage(_)) || p.outputs.contains(&b) {
+            let ty = p.bufs[b.index()].ty.clone();
             let body = te::Expr::load_flat(
                 Src::Buf(b),
                 te::Expr::flatten(
@@ -243,13 +243,13 @@ pub fn locate(p: &Program) -> (Vec<Location>, Vec<u8>, usize) {
                 places[i] = Location::Weight(off);
             }
             BufKind::Stage(_) => {
-                let last = if p.outputs.contains(&(i as u32)) {
+                let last = if p.outputs.contains(&BufId::new(i)) {
                     end
                 } else {
-                    readers[i].iter().copied().max().map_or(i, |r| r as usize)
+                    readers[i].iter().copied().max().map_or(i, |r| r.index())
                 };
                 intervals.push(LiveRange {
-                    size: p.arena_bytes(i as u32).max(1),
+                    size: p.arena_bytes(BufId::new(i)).max(1),
                     first: i,
                     last,
                 });
@@ -384,7 +384,7 @@ fn group(p: &mut Program, cx: &mut StepCx<'_>) {
 
 /// Where a build finds a kernel's chosen plan: the text a tuning run recorded for kernel `id`
 /// of a planned program (the cost cache's entry for its key), if any.
-pub type CachedPlan<'a> = dyn Fn(&Program, u32) -> Option<String> + 'a;
+pub type CachedPlan<'a> = dyn Fn(&Program, BufId) -> Option<String> + 'a;
 
 /// Applies the plans `cached` holds to the kernels of the planned program `p` (each stage's
 /// `choice`), then plans and groups it again. A plan that does not parse, or whose kind no
@@ -393,9 +393,9 @@ pub type CachedPlan<'a> = dyn Fn(&Program, u32) -> Option<String> + 'a;
 fn apply_cached_plans(p: &mut Program, cx: &mut StepCx<'_>, cached: &CachedPlan<'_>) {
     let cpu = &*cx.target.host_cpu();
     let mut chosen = Vec::new();
-    for id in 0..p.bufs.len() as u32 {
+    for id in p.buf_ids() {
         let Some(st) = p.stage(id) else { continue };
-        if st.exec != te::Exec::Generated || p.plans[id as usize].is_empty() {
+        if st.exec != te::Exec::Generated || p.plans[id.index()].is_empty() {
             continue;
         }
         let Some(text) = cached(p, id) else { continue };
@@ -423,7 +423,7 @@ fn apply_cached_plans(p: &mut Program, cx: &mut StepCx<'_>, cached: &CachedPlan<
         return;
     }
     for (id, choice) in chosen {
-        if let BufKind::Stage(st) = &mut p.bufs[id as usize].kind {
+        if let BufKind::Stage(st) = &mut p.bufs[id.index()].kind {
             st.choice = Some(choice);
         }
     }
@@ -440,7 +440,7 @@ pub fn plan(p: &mut Program, target: &Target, seed: Option<u64>) {
             .ok()
             .and_then(|b| b.window_calls(p, "").map(|w| w.epilogues(p)))
     });
-    let rest = |p: &Program, b: u32| -> Option<te::Expr> {
+    let rest = |p: &Program, b: BufId| -> Option<te::Expr> {
         let st = p.stage(b)?;
         match &st.exec {
             te::Exec::Library {
@@ -496,7 +496,7 @@ pub fn compile_scheduled(
         .zip(&p.input_names)
         .map(|(&b, n)| Io {
             name: n.clone(),
-            ty: p.bufs[b as usize].ty.clone(),
+            ty: p.bufs[b.index()].ty.clone(),
             offset: 0,
         })
         .collect();
@@ -505,12 +505,12 @@ pub fn compile_scheduled(
         .iter()
         .zip(&p.output_names)
         .map(|(&b, n)| {
-            let Location::Arena(off) = places[b as usize] else {
+            let Location::Arena(off) = places[b.index()] else {
                 unreachable!("outputs are stages in the arena")
             };
             Io {
                 name: n.clone(),
-                ty: p.bufs[b as usize].ty.clone(),
+                ty: p.bufs[b.index()].ty.clone(),
                 offset: off,
             }
         })
@@ -596,7 +596,7 @@ mod plan_renumbering {
     /// `p` with every buffer one place later (a dead buffer first), planned again.
     fn shifted(p: &Program) -> Program {
         let up = |s: Src| match s {
-            Src::Buf(b) => Src::Buf(b + 1),
+            Src::Buf(b) => Src::Buf(BufId(b.0 + 1)),
             s => s,
         };
         let mut q = Program {
@@ -606,16 +606,16 @@ mod plan_renumbering {
                 kind: BufKind::Dead,
                 packed: false,
             }],
-            inputs: p.inputs.iter().map(|b| b + 1).collect(),
-            outputs: p.outputs.iter().map(|b| b + 1).collect(),
+            inputs: p.inputs.iter().map(|b| BufId(b.0 + 1)).collect(),
+            outputs: p.outputs.iter().map(|b| BufId(b.0 + 1)).collect(),
             input_names: p.input_names.clone(),
             output_names: p.output_names.clone(),
             groups: p
                 .groups
                 .iter()
                 .map(|g| crate::te::Group {
-                    producer: g.producer + 1,
-                    consumer: g.consumer + 1,
+                    producer: BufId(g.producer.0 + 1),
+                    consumer: BufId(g.consumer.0 + 1),
                     ..g.clone()
                 })
                 .collect(),
@@ -652,7 +652,7 @@ mod plan_renumbering {
             for b in 0..p.bufs.len() {
                 let renumbered: Vec<KernelPlan> = p.plans[b]
                     .iter()
-                    .map(|pl| pl.map_bufs(&|x: BufId| x + 1))
+                    .map(|pl| pl.map_bufs(&|x: BufId| BufId(x.0 + 1)))
                     .collect();
                 assert_eq!(
                     q.plans[b + 1],

@@ -138,7 +138,7 @@ pub fn compile_passed(
     let info = place_graph(&g, opts, target)?;
     let assign = assignment(&g, &info);
     // The plans a tuning run recorded for this target's kernels.
-    let cached = |p: &crate::te::Program, id: u32| {
+    let cached = |p: &crate::te::Program, id: crate::te::BufId| {
         let cache = opts.cache.as_deref()?;
         let key = crate::tune::price::kernel_key(p, id, target);
         cache.get(&key)?.params.get("plan").cloned()

@@ -20,6 +20,7 @@ use crate::driver::Options;
 use crate::error::{io_err, Error, Result};
 use crate::ir::Tensor;
 use crate::target::{Target, VectorIsa};
+use crate::te::BufId;
 
 use super::run::{load_model_with, timed_runs, BenchResult};
 
@@ -72,7 +73,7 @@ impl Roofs {
 #[derive(Clone, Debug)]
 pub struct KernelTime {
     /// Stage buffer id (`k<id>` in the generated C and in `collage explain`).
-    pub id: u32,
+    pub id: BufId,
     /// The stage name (its last node's).
     pub name: String,
     /// The backend that computes it.
@@ -192,10 +193,10 @@ pub fn profile(
         .enumerate()
         .filter(|&(_, &ns)| ns > 0)
         .filter_map(|(id, &ns)| {
-            let id = id as u32;
+            let id = BufId::new(id);
             let st = p.stage(id)?;
             // A group's kernel runs its producer too.
-            let members: Vec<u32> = std::iter::once(id)
+            let members: Vec<BufId> = std::iter::once(id)
                 .chain(
                     p.groups
                         .iter()
@@ -204,7 +205,7 @@ pub fn profile(
                 )
                 .collect();
             let mut flops = 0.0;
-            let mut read: Vec<u32> = Vec::new();
+            let mut read: Vec<BufId> = Vec::new();
             for &m in &members {
                 let s = p.stage(m)?;
                 let per = if s.reduce.is_some() { 2.0 } else { 1.0 };
@@ -213,10 +214,10 @@ pub fn profile(
             }
             read.sort_unstable();
             read.dedup();
-            let bytes = p.bufs[id as usize].ty.bytes()
+            let bytes = p.bufs[id.index()].ty.bytes()
                 + read
                     .iter()
-                    .map(|&b| p.bufs[b as usize].ty.bytes())
+                    .map(|&b| p.bufs[b.index()].ty.bytes())
                     .sum::<usize>();
             Some(KernelTime {
                 id,

@@ -207,7 +207,7 @@ pub fn propagate(p: &Program, st: &Stage, tile: &[usize], rtile: Option<&[usize]
     hulls
         .into_iter()
         .map(|(b, dims, points)| {
-            let ty = &p.bufs[b as usize].ty;
+            let ty = &p.bufs[b.index()].ty;
             let full: Vec<usize> = if dims.len() == ty.shape.len() {
                 ty.shape.clone()
             } else {
@@ -357,8 +357,8 @@ mod tests {
         }
     }
 
-    fn ext(r: &[Region]) -> Vec<(BufId, Vec<usize>)> {
-        r.iter().map(|r| (r.buf, r.extents.clone())).collect()
+    fn ext(r: &[Region]) -> Vec<(u32, Vec<usize>)> {
+        r.iter().map(|r| (r.buf.0, r.extents.clone())).collect()
     }
 
     /// C[i, j] = sum_k A[i, k] B[k, j], 64x96x128.

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::codegen::Compiled;
-use crate::te::{Isa, KernelPlan};
+use crate::te::{BufId, Isa, KernelPlan};
 use crate::tune::measure;
 use crate::tune::price::{kernel_estimate_us, kernel_key};
 use crate::tune::{CostCache, Entry, Key, TargetFingerprint};
@@ -21,7 +21,7 @@ pub mod html;
 #[derive(Clone, Debug)]
 pub struct KernelReport {
     /// Stage buffer id in the program (`k<id>` in the generated C).
-    pub id: u32,
+    pub id: BufId,
     /// The stage name (the node it came from; fused stages keep their last node's name).
     pub name: String,
     /// The backend that computes it (`c`: generated loops; else a library call).
@@ -60,7 +60,7 @@ pub fn kernels(
                 name: st.name.clone(),
                 backend: st.exec.backend(),
                 plan,
-                output: p.bufs[id as usize].ty.to_string(),
+                output: p.bufs[id.index()].ty.to_string(),
                 work: st.work(),
                 estimate_us: kernel_estimate_us(p, id),
                 key,
@@ -117,7 +117,7 @@ impl GroupReport {
 /// Every group of a compiled model.
 pub fn groups(c: &Compiled) -> Vec<GroupReport> {
     let p = &c.program;
-    let name = |b: u32| p.stage(b).map_or_else(String::new, |s| s.name.clone());
+    let name = |b: BufId| p.stage(b).map_or_else(String::new, |s| s.name.clone());
     p.groups
         .iter()
         .map(|g| GroupReport {

@@ -2,7 +2,7 @@
 //! of loads, which dimension a load walks contiguously, whether an expression vectorises along
 //! a dimension, a guard's conjuncts, the channel axis of a contraction.
 use crate::ir::{strides, DType};
-use crate::te::{BinOp, BufKind, Exec, Expr, Program, RedOp, Scalar, Src, Stage, UnOp};
+use crate::te::{BinOp, BufId, BufKind, Exec, Expr, Program, RedOp, Scalar, Src, Stage, UnOp};
 
 /// The coefficient of `Var(v)` in an index expression if it is affine in `Var(v)`.
 pub(crate) fn coef(e: &Expr, v: u32) -> Option<i64> {
@@ -84,7 +84,7 @@ pub(crate) fn conjuncts(c: &Expr, out: &mut Vec<Expr>) {
 pub(crate) fn load_coef(p: &Program, e: &Expr, v: u32) -> Option<i64> {
     match e {
         Expr::Load(Src::Buf(b), idx) => {
-            let st = strides(&p.bufs[*b as usize].ty.shape);
+            let st = strides(&p.bufs[b.index()].ty.shape);
             idx.iter()
                 .zip(&st)
                 .try_fold(0i64, |acc, (ie, &s)| Some(acc + coef(ie, v)? * s as i64))
@@ -177,9 +177,9 @@ pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
     let weight = |e: &Expr| {
         channel_weight(p, e, c as u32, shape[c], &r.extents).is_some()
             || matches!(e, Expr::Load(Src::Buf(w), idx)
-                if matches!(p.bufs[*w as usize].kind, BufKind::Const(_))
-                    && p.bufs[*w as usize].ty.rank() == 2
-                    && p.bufs[*w as usize].ty.shape[1] == shape[c]
+                if matches!(p.bufs[w.index()].kind, BufKind::Const(_))
+                    && p.bufs[w.index()].ty.rank() == 2
+                    && p.bufs[w.index()].ty.shape[1] == shape[c]
                     && idx[1] == Expr::Var(c as u32)
                     && !has_var(&idx[0]))
     };
@@ -213,13 +213,13 @@ pub(crate) fn channel_weight(
     c: u32,
     channels: usize,
     extents: &[usize],
-) -> Option<(usize, Expr)> {
+) -> Option<(BufId, Expr)> {
     let (w, flat) = match e {
-        Expr::Load(Src::Buf(w), idx) => (*w, Expr::flatten(idx, &p.bufs[*w as usize].ty.shape)),
+        Expr::Load(Src::Buf(w), idx) => (*w, Expr::flatten(idx, &p.bufs[w.index()].ty.shape)),
         Expr::LoadFlat(Src::Buf(w), f) => (*w, f.as_ref().clone()),
         _ => return None,
     };
-    let wb = &p.bufs[w as usize];
+    let wb = &p.bufs[w.index()];
     if !matches!(wb.kind, BufKind::Const(_))
         || wb.ty.dtype != DType::F32
         || wb.packed
@@ -245,7 +245,7 @@ pub(crate) fn channel_weight(
             _ => return None,
         }
     }
-    (channel && offset >= 0 && hi < k as i64).then_some((w as usize, r))
+    (channel && offset >= 0 && hi < k as i64).then_some((w, r))
 }
 
 /// Whether `e` uses any output variable.

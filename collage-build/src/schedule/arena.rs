@@ -6,6 +6,7 @@
 //! store-to-load check (a pointwise convolution over 112x112 planes ran at 60% of its speed).
 //! Also where every buffer lives at run time ([`Location`]: an input, the weights or the arena) and
 //! the C pointer to it in a kernel ([`buf_ptr`]).
+use crate::te::BufId;
 
 /// Where every buffer lives at run time.
 #[derive(Clone, Debug)]
@@ -22,8 +23,8 @@ pub enum Location {
 
 /// The C expression of buffer `b`'s first element as `const float *` (inside a kernel taking
 /// `collage_ctx *ctx`).
-pub fn buf_ptr(places: &[Location], b: u32) -> String {
-    match places[b as usize] {
+pub fn buf_ptr(places: &[Location], b: BufId) -> String {
+    match places[b.index()] {
         Location::Input(i) => format!("(const float *)ctx->I[{i}]"),
         Location::Weight(o) => format!("(const float *)(ctx->W + {o})"),
         Location::Arena(o) => format!("(const float *)(ctx->A + {o})"),

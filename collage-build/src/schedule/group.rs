@@ -34,12 +34,11 @@ pub fn plan_groups(
     let l2 = target.cpu().map_or(1 << 20, |c| c.l2);
     let readers = p.readers();
     let mut groups = Vec::new();
-    for (a, buf) in p.bufs.iter().enumerate() {
+    for (a, buf) in p.buf_ids().zip(&p.bufs) {
         let BufKind::Stage(prod) = &buf.kind else {
             continue;
         };
-        let a = a as BufId;
-        let mut rs = readers[a as usize].clone();
+        let mut rs = readers[a.index()].clone();
         rs.sort_unstable();
         rs.dedup();
         if prod.reduce.is_some()

@@ -8,7 +8,7 @@ mod direct;
 
 use crate::ir::DType;
 use crate::schedule::analysis::{channel_axis, channel_weight, uses_var};
-use crate::te::{BufKind, Exec, Expr, Program, RedOp, Src, PANEL};
+use crate::te::{BufId, BufKind, Exec, Expr, Program, RedOp, Src, PANEL};
 
 /// Stores constant operands of contraction stages in column panels when every read of them walks
 /// the last dimension with the stage's row (`b[.., Var(row)]`): the register-blocked kernel then
@@ -33,12 +33,9 @@ pub fn pack_weights(p: &mut Program) {
             let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
                 return;
             };
-            let k = *k as usize;
-            let packable = match &p.bufs[k].kind {
+            let packable = match &p.bufs[k.index()].kind {
                 BufKind::Const(_) => true,
-                BufKind::Stage(s) => {
-                    s.materialize && s.reduce.is_none() && !p.outputs.contains(&(k as u32))
-                }
+                BufKind::Stage(s) => s.materialize && s.reduce.is_none() && !p.outputs.contains(k),
                 _ => false,
             };
             if !packable {
@@ -47,7 +44,7 @@ pub fn pack_weights(p: &mut Program) {
             let good = gemm_like
                 && match e {
                     Expr::Load(_, idx) => {
-                        let shape = &p.bufs[k].ty.shape;
+                        let shape = &p.bufs[k.index()].ty.shape;
                         shape.len() >= 2
                             && shape[shape.len() - 1] == st.ty.shape[rank - 1]
                             && idx.last() == Some(&Expr::Var(v))
@@ -55,6 +52,7 @@ pub fn pack_weights(p: &mut Program) {
                     }
                     _ => false,
                 };
+            let k = k.index();
             ok[k] = Some(ok[k].unwrap_or(true) && good);
         };
         st.body.visit(&mut visit);
@@ -88,7 +86,7 @@ fn transpose_weights(p: &mut Program) {
             let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
                 return;
             };
-            let k = *k as usize;
+            let k = k.index();
             let BufKind::Const(t) = &p.bufs[k].kind else {
                 return;
             };
@@ -103,7 +101,7 @@ fn transpose_weights(p: &mut Program) {
             f.visit(&mut visit);
         }
     }
-    for (k, ok) in ok.into_iter().enumerate() {
+    for (k, ok) in p.buf_ids().zip(ok).collect::<Vec<_>>() {
         if ok != Some(true) {
             continue;
         }
@@ -112,20 +110,20 @@ fn transpose_weights(p: &mut Program) {
 }
 
 /// Transposes rank-2 f32 constant `k` (`w[a, b]` becomes `w'[b, a]`) and every load of it.
-fn transpose_const(p: &mut Program, k: usize) {
-    let BufKind::Const(t) = &p.bufs[k].kind else {
+fn transpose_const(p: &mut Program, k: BufId) {
+    let BufKind::Const(t) = &p.bufs[k.index()].kind else {
         return;
     };
     let tt = transposed(t, t.ty.shape[0], t.ty.shape[1]);
-    p.bufs[k].ty = tt.ty.clone();
-    p.bufs[k].kind = BufKind::Const(std::sync::Arc::new(tt));
+    p.bufs[k.index()].ty = tt.ty.clone();
+    p.bufs[k.index()].kind = BufKind::Const(std::sync::Arc::new(tt));
     for b in &mut p.bufs {
         let BufKind::Stage(st) = &mut b.kind else {
             continue;
         };
         let swap = |e: &Expr| -> Expr {
             e.rewrite(&mut |x| match x {
-                Expr::Load(Src::Buf(b), idx) if *b as usize == k => Some(Expr::Load(
+                Expr::Load(Src::Buf(b), idx) if *b == k => Some(Expr::Load(
                     Src::Buf(*b),
                     vec![idx[1].clone(), idx[0].clone()],
                 )),
@@ -170,7 +168,7 @@ fn channel_weights(p: &mut Program) {
             let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
                 return;
             };
-            let k = *k as usize;
+            let k = k.index();
             if !matches!(p.bufs[k].kind, BufKind::Const(_)) {
                 return;
             }
@@ -188,9 +186,9 @@ fn channel_weights(p: &mut Program) {
             f.visit(&mut |e| visit(e, false));
         }
     }
-    let chosen: Vec<(usize, usize, usize)> = ok
-        .iter()
-        .enumerate()
+    let chosen: Vec<(BufId, usize, usize)> = p
+        .buf_ids()
+        .zip(&ok)
         .filter_map(|(k, o)| o.flatten().map(|(ch, row)| (k, ch, row)))
         .collect();
     if chosen.is_empty() {
@@ -213,7 +211,7 @@ fn channel_weights(p: &mut Program) {
                 chosen
                     .iter()
                     .any(|&(k, _, _)| k == w)
-                    .then(|| Expr::Load(Src::Buf(w as u32), vec![r, Expr::Var(c as u32)]))
+                    .then(|| Expr::Load(Src::Buf(w), vec![r, Expr::Var(c as u32)]))
             })
         };
         let fin = st
@@ -233,13 +231,14 @@ fn channel_weights(p: &mut Program) {
         }
     }
     for (k, channels, row) in chosen {
-        let BufKind::Const(t) = &p.bufs[k].kind else {
+        let buf = &mut p.bufs[k.index()];
+        let BufKind::Const(t) = &buf.kind else {
             continue;
         };
         let tt = transposed(t, channels, row);
-        p.bufs[k].ty = tt.ty.clone();
-        p.bufs[k].kind = BufKind::Const(std::sync::Arc::new(tt));
+        buf.ty = tt.ty.clone();
+        buf.kind = BufKind::Const(std::sync::Arc::new(tt));
         // In column panels: a tile's block of `kc` rows is one contiguous stream.
-        p.bufs[k].packed = true;
+        buf.packed = true;
     }
 }

@@ -10,7 +10,7 @@ pub enum Src {
     /// Stage `j` of the operator being lowered.
     Local(u32),
     /// Buffer `k` of a whole [`super::Program`].
-    Buf(u32),
+    Buf(super::BufId),
 }
 
 /// A typed scalar constant.
@@ -372,7 +372,7 @@ impl Stage {
     /// an in-place injective stage over the stage's own buffer. The stage iterates its own
     /// shape; the buffer may have another (a fused view), so the element is addressed by its
     /// flat position.
-    pub fn epilogue_stage(&self, id: u32, fin: &Expr) -> Stage {
+    pub fn epilogue_stage(&self, id: super::BufId, fin: &Expr) -> Stage {
         let vars: Vec<Expr> = (0..self.ty.rank()).map(Expr::var).collect();
         let this = Expr::load_flat(Src::Buf(id), Expr::flatten(&vars, &self.ty.shape));
         Stage {

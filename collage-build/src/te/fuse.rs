@@ -1,6 +1,6 @@
 //! Fusion on tensor expressions: injective producers are inlined into their readers, and
 //! elementwise consumers of a reduction become its epilogue (`finalize`).
-use super::{BufKind, Exec, Expr, Program, Src, Stage};
+use super::{BufId, BufKind, Exec, Expr, Program, Src, Stage};
 
 /// Largest producer body (in expression nodes) inlined into a reduction's inner loop.
 const CHEAP_NODES: usize = 48;
@@ -25,7 +25,7 @@ fn has_select(e: &Expr) -> bool {
     found
 }
 
-fn count_loads(e: &Expr, b: u32) -> usize {
+fn count_loads(e: &Expr, b: BufId) -> usize {
     let mut n = 0;
     e.visit(&mut |x| {
         if let Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _) = x {
@@ -69,7 +69,7 @@ fn inline_injective(p: &mut Program) {
         };
         let c_reduces = cst.reduce.is_some();
         let c_part = cst.part;
-        let can_inline = |k: u32, e: &Expr| -> bool {
+        let can_inline = |k: BufId, e: &Expr| -> bool {
             let Some(pst) = p.stage(k) else { return false };
             if pst.reduce.is_some() || pst.materialize || pst.exec != Exec::Generated {
                 return false;
@@ -89,7 +89,7 @@ fn inline_injective(p: &mut Program) {
             if c_reduces && has_select(&pst.body) {
                 return false;
             }
-            let single_reader = readers[k as usize].len() == 1;
+            let single_reader = readers[k.index()].len() == 1;
             let cheap = is_cheap(pst);
             single_reader && (cheap || (!c_reduces && count_loads(e, k) == 1))
         };
@@ -148,13 +148,13 @@ fn fuse_epilogues(p: &mut Program) {
             let BufKind::Stage(cst) = &p.bufs[c].kind else {
                 unreachable!()
             };
-            let kbuf = &p.bufs[k as usize];
+            let kbuf = &p.bufs[k.index()];
             // A pooling primitive computes its own finalize and nothing else.
             let pooling = pst
                 .exec
                 .window()
                 .is_some_and(|d| d.kind != super::WindowKind::Conv);
-            if readers[k as usize] != [c as u32]
+            if readers[k.index()] != [BufId::new(c)]
                 || pooling
                 || pst.part != cst.part
                 || p.outputs.contains(&k)
@@ -197,7 +197,7 @@ fn fuse_epilogues(p: &mut Program) {
             fused.ty.dtype = cst.ty.dtype;
             fused.reduce.as_mut().unwrap().finalize = Some(fin);
             p.bufs[c].kind = BufKind::Stage(fused);
-            p.bufs[k as usize].kind = BufKind::Dead;
+            p.bufs[k.index()].kind = BufKind::Dead;
             readers = p.readers();
             break;
         }
@@ -211,7 +211,7 @@ fn mark_dead(p: &mut Program) {
         for (i, b) in p.bufs.iter_mut().enumerate() {
             if matches!(b.kind, BufKind::Stage(_) | BufKind::Const(_))
                 && readers[i].is_empty()
-                && !p.outputs.contains(&(i as u32))
+                && !p.outputs.contains(&BufId::new(i))
             {
                 b.kind = BufKind::Dead;
                 changed = true;

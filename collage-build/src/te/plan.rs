@@ -543,7 +543,7 @@ impl Axis {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanePlan {
     /// The input buffer.
-    pub x: u32,
+    pub x: BufId,
     /// The input plane's flat offset with its spatial indices at 0, over `i0`, `i1`.
     pub plane: Expr,
     /// The weight (the factor that does not read `x`).

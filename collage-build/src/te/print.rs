@@ -314,12 +314,12 @@ pub fn fnv64(s: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::te::Reduce;
+    use crate::te::{BufId, Reduce};
     use crate::tensor::{DType, TensorType};
 
     #[test]
     fn a_stage_prints_every_construct() {
-        let x = Expr::load(Src::Buf(2), vec![Expr::var(0), Expr::rvar(0)]);
+        let x = Expr::load(Src::Buf(BufId(2)), vec![Expr::var(0), Expr::rvar(0)]);
         let st = Stage {
             name: "MatMul_3_0".into(),
             ty: TensorType::new(DType::F32, [4]),

@@ -1,11 +1,31 @@
 //! A whole model as buffers: run-time inputs, constants, and stages in topological order.
+use std::fmt;
 use std::sync::Arc;
 
 use super::{KernelPlan, Src, Stage};
 use crate::tensor::{DType, Tensor, TensorType};
 
-/// Index of a buffer in a [`Program`] (`Src::Buf`).
-pub type BufId = u32;
+/// Index of a buffer in a [`Program`] (`Src::Buf`). Prints as the bare number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    /// The buffer with index `i` (which must fit in a `u32`).
+    pub fn new(i: usize) -> BufId {
+        BufId(u32::try_from(i).expect("buffer index overflows u32"))
+    }
+
+    /// The index of the buffer in [`Program::bufs`] (and every vector kept by buffer).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for BufId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
 
 /// What a buffer holds.
 #[derive(Clone, Debug)]
@@ -135,25 +155,30 @@ impl Program {
             kind,
             packed: false,
         });
-        self.bufs.len() as BufId - 1
+        BufId::new(self.bufs.len() - 1)
+    }
+
+    /// The id of every buffer, in order.
+    pub fn buf_ids(&self) -> impl Iterator<Item = BufId> {
+        (0..self.bufs.len()).map(BufId::new)
     }
 
     /// The element type of a source (which must be `Src::Buf`).
     pub fn dtype(&self, s: Src) -> DType {
         match s {
-            Src::Buf(b) => self.bufs[b as usize].ty.dtype,
+            Src::Buf(b) => self.bufs[b.index()].ty.dtype,
             other => panic!("unresolved source {other:?} in a program"),
         }
     }
 
     /// The plan of stage `b` for `isa`, once the program is planned.
     pub fn plan(&self, b: BufId, isa: super::Isa) -> Option<&KernelPlan> {
-        self.plans.get(b as usize)?.get(isa.index())
+        self.plans.get(b.index())?.get(isa.index())
     }
 
     /// The stage of a buffer, if it is computed.
     pub fn stage(&self, b: BufId) -> Option<&Stage> {
-        match &self.bufs[b as usize].kind {
+        match &self.bufs[b.index()].kind {
             BufKind::Stage(s) => Some(s),
             _ => None,
         }
@@ -162,7 +187,7 @@ impl Program {
     /// Bytes buffer `b` takes in the arena: its stored size, or for a group's producer its
     /// scratch slots.
     pub fn arena_bytes(&self, b: BufId) -> usize {
-        let buf = &self.bufs[b as usize];
+        let buf = &self.bufs[b.index()];
         match self.groups.iter().find(|g| g.producer == b) {
             Some(g) => g.slots * g.slot_bytes(buf),
             None => buf.stored_size(),
@@ -172,12 +197,12 @@ impl Program {
     /// For every buffer, the stage buffers that read it.
     pub fn readers(&self) -> Vec<Vec<BufId>> {
         let mut r = vec![Vec::new(); self.bufs.len()];
-        for (i, b) in self.bufs.iter().enumerate() {
+        for (i, b) in self.buf_ids().zip(&self.bufs) {
             if let BufKind::Stage(st) = &b.kind {
                 for k in st.reads() {
-                    let v: &mut Vec<BufId> = &mut r[k as usize];
-                    if v.last() != Some(&(i as BufId)) {
-                        v.push(i as BufId);
+                    let v: &mut Vec<BufId> = &mut r[k.index()];
+                    if v.last() != Some(&i) {
+                        v.push(i);
                     }
                 }
             }

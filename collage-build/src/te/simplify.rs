@@ -222,7 +222,7 @@ pub fn rejoin_loads(e: &Expr, shapes: &[Vec<usize>]) -> Expr {
         let Expr::Load(Src::Buf(b), idx) = x else {
             return None;
         };
-        let flat = rejoin(&Expr::flatten(idx, shapes.get(*b as usize)?))?;
+        let flat = rejoin(&Expr::flatten(idx, shapes.get(b.index())?))?;
         // Only when no division is left: a load that keeps some (an im2col's window) stays
         // multi-dimensional, where the window analysis reads its bounds per dimension.
         let mut divides = false;

@@ -96,7 +96,7 @@ fn nearest_rank(v: &[f64], q: f64) -> f64 {
 /// The kernels of `p`, by their stage buffers in program order: every stage but a group's
 /// producer, which runs inside its consumer's kernel ([`kernel_program`]).
 pub fn stages(p: &Program) -> Vec<BufId> {
-    (0..p.bufs.len() as BufId)
+    p.buf_ids()
         .filter(|&b| p.stage(b).is_some() && !p.groups.iter().any(|g| g.producer == b))
         .collect()
 }
@@ -152,11 +152,11 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
     // A group's consumer: its kernel computes the producer too (into its scratch slots).
     let group = p.groups.iter().find(|g| g.consumer == stage);
     for b in kernel_sources(p, stage) {
-        let buf = &p.bufs[b as usize];
+        let buf = &p.bufs[b.index()];
         let kind = match &buf.kind {
             BufKind::Const(t) => BufKind::Const(t.clone()),
             BufKind::Input(_) | BufKind::Stage(_) => {
-                k.inputs.push(k.bufs.len() as BufId);
+                k.inputs.push(BufId::new(k.bufs.len()));
                 k.input_names.push(buf.name.clone());
                 BufKind::Input(k.inputs.len() - 1)
             }
@@ -168,18 +168,18 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
             kind,
             packed: buf.packed,
         });
-        map.insert(b, k.bufs.len() as BufId - 1);
+        map.insert(b, BufId::new(k.bufs.len() - 1));
     }
     // The producer's buffer comes next (it reads none of itself).
     if let Some(g) = group {
-        map.insert(g.producer, k.bufs.len() as BufId);
+        map.insert(g.producer, BufId::new(k.bufs.len()));
     }
     let remap = |s: Src| match s {
         Src::Buf(b) => Src::Buf(map[&b]),
         other => other,
     };
     if let Some(g) = group {
-        let pb = &p.bufs[g.producer as usize];
+        let pb = &p.bufs[g.producer.index()];
         let mut prod = p.stage(g.producer).expect("checked").clone();
         prod.body = prod.body.map_src(&remap);
         k.bufs.push(Buffer {
@@ -189,8 +189,8 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
             packed: pb.packed,
         });
         k.groups.push(crate::te::Group {
-            producer: k.bufs.len() as BufId - 1,
-            consumer: k.bufs.len() as BufId,
+            producer: BufId::new(k.bufs.len() - 1),
+            consumer: BufId::new(k.bufs.len()),
             ..g.clone()
         });
     }
@@ -199,14 +199,14 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
     if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
         *f = f.map_src(&remap);
     }
-    let own = &p.bufs[stage as usize];
+    let own = &p.bufs[stage.index()];
     k.bufs.push(Buffer {
         name: own.name.clone(),
         ty: own.ty.clone(),
         kind: BufKind::Stage(st),
         packed: own.packed,
     });
-    k.outputs.push(k.bufs.len() as BufId - 1);
+    k.outputs.push(BufId::new(k.bufs.len() - 1));
     k.output_names.push(own.name.clone());
     // The kernel alone is planned as it was in its program: its stage and operands are the same,
     // renumbered, and so is its plan (a plan names its stage's operands by buffer).
@@ -216,7 +216,7 @@ pub fn kernel_program(p: &Program, stage: BufId) -> Program {
     };
     debug_assert_eq!(
         k.plans.last(),
-        p.plans.get(stage as usize).map(renumbered).as_ref(),
+        p.plans.get(stage.index()).map(renumbered).as_ref(),
         "kernel k{stage} planned alone differs from its plan in the program"
     );
     k
@@ -682,10 +682,10 @@ fn compile_unit(
         let symbol = format!("k{i}_{s}");
         units.push(codegen::c::emit(&k, &places, &symbol, &header));
         let out = k.outputs[0];
-        let Location::Arena(offset) = places[out as usize] else {
+        let Location::Arena(offset) = places[out.index()] else {
             unreachable!("a stage output lives in the arena")
         };
-        let ob = &k.bufs[out as usize];
+        let ob = &k.bufs[out.index()];
         specs.push(Spec {
             symbol,
             weights,
@@ -694,7 +694,7 @@ fn compile_unit(
                 .inputs
                 .iter()
                 .map(|&b| {
-                    let b = &k.bufs[b as usize];
+                    let b = &k.bufs[b.index()];
                     (b.name.clone(), b.ty.clone(), b.packed)
                 })
                 .collect(),
@@ -726,7 +726,7 @@ pub fn build_model_with(c: &Compiled, work: &Path, opt: &str, defines: &[&str]) 
                 (
                     io.name.clone(),
                     io.ty.clone(),
-                    c.program.bufs[b as usize].packed,
+                    c.program.bufs[b.index()].packed,
                 )
             })
             .collect(),
@@ -738,7 +738,7 @@ pub fn build_model_with(c: &Compiled, work: &Path, opt: &str, defines: &[&str]) 
                 (
                     io.name.clone(),
                     io.ty.clone(),
-                    c.program.bufs[b as usize].packed,
+                    c.program.bufs[b.index()].packed,
                     io.offset,
                 )
             })
@@ -806,7 +806,7 @@ pub fn tune_kernels(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<usize> {
     let p = &c.program;
-    let todo: Vec<(u32, Key)> = stages(p)
+    let todo: Vec<(BufId, Key)> = stages(p)
         .into_iter()
         .map(|id| (id, kernel_key(p, id, target)))
         .filter(|(_, k)| cache.get(k).is_none())
@@ -816,7 +816,7 @@ pub fn tune_kernels(
     if todo.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<u32> = todo.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<BufId> = todo.iter().map(|(id, _)| *id).collect();
     let mut harnesses = build_kernels(p, &ids, work, "-O3")?;
     let exec = Executor::Serial;
     for (i, ((id, key), h)) in todo.into_iter().zip(harnesses.iter_mut()).enumerate() {
@@ -943,7 +943,7 @@ mod tests {
                 BufKind::Stage(st) => {
                     let resolve = |s: Src| -> &Tensor {
                         let Src::Buf(k) = s else { unreachable!() };
-                        vals[k as usize].as_ref().expect("read before written")
+                        vals[k.index()].as_ref().expect("read before written")
                     };
                     // A stage fused across a reshape iterates its producer's shape; the buffer
                     // has the same flat layout in its own shape.
@@ -981,23 +981,23 @@ mod tests {
                 assert_eq!(k.groups.len(), usize::from(grouped));
                 let out = *k.outputs.last().unwrap();
                 assert_eq!(k.outputs, vec![out]);
-                assert_eq!(out as usize, k.bufs.len() - 1);
-                assert_eq!(k.bufs[out as usize].ty, p.bufs[s as usize].ty);
-                assert_eq!(k.bufs[out as usize].packed, p.bufs[s as usize].packed);
+                assert_eq!(out.index(), k.bufs.len() - 1);
+                assert_eq!(k.bufs[out.index()].ty, p.bufs[s.index()].ty);
+                assert_eq!(k.bufs[out.index()].packed, p.bufs[s.index()].packed);
                 // The operands, in order: non-constants are inputs, constants stay constants with
                 // their layout.
                 let srcs = kernel_sources(p, s);
                 assert_eq!(k.bufs.len(), srcs.len() + n_stages);
                 let mut n_in = 0;
                 for (j, &b) in srcs.iter().enumerate() {
-                    let (orig, new) = (&p.bufs[b as usize], &k.bufs[j]);
+                    let (orig, new) = (&p.bufs[b.index()], &k.bufs[j]);
                     assert_eq!(orig.ty, new.ty);
                     assert_eq!(orig.packed, new.packed);
                     match (&orig.kind, &new.kind) {
                         (BufKind::Const(a), BufKind::Const(b)) => assert!(Arc::ptr_eq(a, b)),
                         (BufKind::Input(_) | BufKind::Stage(_), BufKind::Input(i)) => {
                             assert_eq!(*i, n_in);
-                            assert_eq!(k.inputs[n_in], j as BufId);
+                            assert_eq!(k.inputs[n_in], BufId::new(j));
                             n_in += 1;
                         }
                         (a, b) => panic!("buffer {b:?} became {a:?}"),
@@ -1005,14 +1005,15 @@ mod tests {
                 }
                 assert_eq!(k.inputs.len(), n_in);
                 // The stages read the operands (and a group's consumer its producer).
-                let mut read: Vec<u32> = (0..k.bufs.len() as u32)
+                let mut read: Vec<BufId> = k
+                    .buf_ids()
                     .filter_map(|b| k.stage(b))
                     .flat_map(stage_sources)
                     .filter(|&b| k.stage(b).is_none())
                     .collect();
                 read.sort_unstable();
                 read.dedup();
-                assert_eq!(read, (0..srcs.len() as u32).collect::<Vec<_>>());
+                assert_eq!(read, (0..srcs.len()).map(BufId::new).collect::<Vec<_>>());
             }
         }
         // The matmul reads the model input and the (packed) constant weight.
@@ -1021,7 +1022,7 @@ mod tests {
         let k = kernel_program(&c.program, mm);
         assert_eq!(k.inputs.len(), 1);
         assert!(matches!(
-            k.bufs[k.inputs[0] as usize].kind,
+            k.bufs[k.inputs[0].index()].kind,
             BufKind::Input(0)
         ));
         let consts: Vec<&Buffer> = k
@@ -1043,7 +1044,7 @@ mod tests {
                 let k = kernel_program(&p, s);
                 k.inputs
                     .iter()
-                    .filter(|&&b| k.bufs[b as usize].packed)
+                    .filter(|&&b| k.bufs[b.index()].packed)
                     .count()
             })
             .sum();
@@ -1066,27 +1067,28 @@ mod tests {
                 let mut i = 0;
                 for (j, &b) in srcs.iter().enumerate() {
                     if matches!(k.bufs[j].kind, BufKind::Input(_)) {
-                        h.set_input(i, want[b as usize].as_ref().unwrap()).unwrap();
+                        h.set_input(i, want[b.index()].as_ref().unwrap()).unwrap();
                         i += 1;
                     }
                 }
                 h.run(&exec);
                 let got = h.output(0);
-                let (ok, err) = crate::tensor::compare(&got, want[s as usize].as_ref().unwrap());
+                let (ok, err) = crate::tensor::compare(&got, want[s.index()].as_ref().unwrap());
                 assert!(
                     ok,
                     "{}: stage {s} ({}): max error {err}",
-                    c.symbol, p.bufs[s as usize].name
+                    c.symbol,
+                    p.bufs[s.index()].name
                 );
             }
             // The whole model agrees with the interpreter too.
             let mut m = build_model(&c, &dir, "-O2").unwrap();
             for (i, &b) in p.inputs.iter().enumerate() {
-                m.set_input(i, want[b as usize].as_ref().unwrap()).unwrap();
+                m.set_input(i, want[b.index()].as_ref().unwrap()).unwrap();
             }
             m.run(&exec);
             let (ok, err) =
-                crate::tensor::compare(&m.output(0), want[p.outputs[0] as usize].as_ref().unwrap());
+                crate::tensor::compare(&m.output(0), want[p.outputs[0].index()].as_ref().unwrap());
             assert!(ok, "{}: model output: max error {err}", c.symbol);
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -201,7 +201,7 @@ fn grid(kind: PlanKind) -> Vec<PlanChoice> {
 /// measurement would no longer be the kernel's).
 fn with_choice(k: &Program, id: BufId, choice: PlanChoice, target: &Target) -> Option<Program> {
     let mut t = k.clone();
-    if let crate::te::BufKind::Stage(st) = &mut t.bufs[id as usize].kind {
+    if let crate::te::BufKind::Stage(st) = &mut t.bufs[id.index()].kind {
         st.choice = Some(choice);
     }
     crate::codegen::plan(&mut t, target, None);
@@ -373,7 +373,7 @@ fn reuse_candidates(
 /// loop variables, now over a sub-box), so it runs safely on `k`'s operands.
 fn shrink(k: &Program, extents: &[usize], target: &Target) -> Program {
     let mut b = k.clone();
-    let out = *b.outputs.first().expect("a kernel output") as usize;
+    let out = b.outputs.first().expect("a kernel output").index();
     let buf = &mut b.bufs[out];
     if let crate::te::BufKind::Stage(st) = &mut buf.kind {
         // The stage's own shape (its buffer may be a view of another rank).
@@ -454,7 +454,7 @@ pub fn tune_plans(
         .flat_map(|p| measure::stages(p).into_iter().map(move |id| (*p, id)))
     {
         let st = p.stage(id).expect("a stage");
-        if st.exec != Exec::Generated || p.plans[id as usize].is_empty() {
+        if st.exec != Exec::Generated || p.plans[id.index()].is_empty() {
             continue;
         }
         let key = kernel_key(p, id, fingerprint);

@@ -54,7 +54,7 @@ pub fn placement_key(g: &Graph, target: &TargetFingerprint, names: &[&str], thre
 /// The cache key of stage `id` of `p`: the hash of the stage's canonical text
 /// ([`Stage::canonical_text`], operands renumbered via [`kernel_program`]), the operands'
 /// layouts, and its input and output types.
-pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
+pub fn kernel_key(p: &Program, id: BufId, target: &TargetFingerprint) -> Key {
     let k = kernel_program(p, id);
     let mut inputs = Vec::new();
     let mut layout = String::new();
@@ -88,14 +88,14 @@ pub fn kernel_key(p: &Program, id: u32, target: &TargetFingerprint) -> Key {
         })
         .unwrap_or_default();
     let signature = format!("{op} {layout} #{:016x}", fnv64(&stage_text));
-    let output = p.bufs[id as usize].ty.to_string();
+    let output = p.bufs[id.index()].ty.to_string();
     let backend = p.stage(id).map_or("c", |s| s.exec.backend());
     Key::new(target.clone(), backend, signature, inputs, [output])
 }
 
 /// The analytic estimate of kernel `id` of `p` ([`measure::stages`]): its stage's, and for a
 /// group's consumer its producer's too (the group's kernel runs both).
-pub fn kernel_estimate_us(p: &Program, id: u32) -> f64 {
+pub fn kernel_estimate_us(p: &Program, id: BufId) -> f64 {
     let own = estimate_us(p, id);
     own + p
         .groups
@@ -180,7 +180,7 @@ fn elementwise_rate(st: &Stage) -> f64 {
 
 /// The analytic single-thread estimate of stage `id` of `p` (a planned program), microseconds:
 /// its work at the rate of its AVX-512 plan's kind.
-pub fn estimate_us(p: &Program, id: u32) -> f64 {
+pub fn estimate_us(p: &Program, id: BufId) -> f64 {
     let st = p.stage(id).expect("a stage");
     match st.exec {
         crate::te::Exec::Generated => {
@@ -228,10 +228,10 @@ impl Lowered {
     fn new(p: Program, n_nodes: usize) -> Self {
         let readers = p.readers();
         let mut node_stages = vec![Vec::new(); n_nodes];
-        for (i, b) in p.bufs.iter().enumerate() {
+        for (i, b) in p.buf_ids().zip(&p.bufs) {
             if let BufKind::Stage(st) = &b.kind {
                 if (st.part as usize) < n_nodes {
-                    node_stages[st.part as usize].push(i as BufId);
+                    node_stages[st.part as usize].push(i);
                 }
             }
         }
@@ -313,13 +313,13 @@ impl<'a> Pricer<'a> {
                 if inside(b) || map.contains_key(&b) {
                     continue;
                 }
-                let buf = &low.p.bufs[b as usize];
+                let buf = &low.p.bufs[b.index()];
                 let kind = match &buf.kind {
                     BufKind::Const(t) => BufKind::Const(t.clone()),
                     _ => BufKind::Input(p.inputs.len()),
                 };
                 let nb = p.push(buf.name.clone(), buf.ty.clone(), kind);
-                if !matches!(p.bufs[nb as usize].kind, BufKind::Const(_)) {
+                if !matches!(p.bufs[nb.index()].kind, BufKind::Const(_)) {
                     p.inputs.push(nb);
                     p.input_names.push(buf.name.clone());
                 }
@@ -341,10 +341,10 @@ impl<'a> Pricer<'a> {
             any_library |= library && st.exec != te::Exec::Generated;
             let nb = p.push(st.name.clone(), st.ty.clone(), BufKind::Stage(st));
             map.insert(id, nb);
-            let read_outside = low.readers[id as usize].iter().any(|&r| !inside(r));
+            let read_outside = low.readers[id.index()].iter().any(|&r| !inside(r));
             if read_outside || low.p.outputs.contains(&id) {
                 p.outputs.push(nb);
-                p.output_names.push(low.p.bufs[id as usize].name.clone());
+                p.output_names.push(low.p.bufs[id.index()].name.clone());
             }
         }
         if library && !any_library {

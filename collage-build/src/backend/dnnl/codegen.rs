@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use crate::schedule::{buf_ptr, Location};
 use crate::ir::DType;
-use crate::te::{BinOp, BufKind, Expr, Program, Src, Stage, WindowKind, WindowOp};
+use crate::te::{BinOp, BufId, BufKind, Expr, Program, Src, Stage, WindowKind, WindowOp};
 
 /// The C helpers (oneDNN's header, the primitive table and its execution).
 pub const PRELUDE: &str = include_str!("prims.c");
@@ -25,14 +25,14 @@ pub struct DnnlCall {
     /// The primitive and its geometry.
     pub prim: WindowOp,
     /// The input activation buffer.
-    pub src: u32,
+    pub src: BufId,
     /// The weights (convolution).
-    pub wei: Option<u32>,
+    pub wei: Option<BufId>,
     /// The bias (per output channel), applied by the primitive.
-    pub bias: Option<u32>,
+    pub bias: Option<BufId>,
     /// A same-shaped tensor added to the result (put into the destination first, then the
     /// primitive's sum post-op accumulates onto it).
-    pub residual: Option<u32>,
+    pub residual: Option<BufId>,
     /// ReLU as the primitive's last post-op.
     pub relu: bool,
     /// The weights are a constant of the model: converted to the primitive's layout once.
@@ -50,25 +50,25 @@ impl DnnlCall {
 
 /// The stages of `p` computed by oneDNN primitives ([`crate::te::Exec::Library`] with a window call), in program order (their
 /// site numbers).
-pub fn sites(p: &Program) -> Vec<u32> {
+pub fn sites(p: &Program) -> Vec<BufId> {
     p.bufs
         .iter()
         .enumerate()
         .filter(|(_, b)| matches!(&b.kind, BufKind::Stage(st) if st.exec.window().is_some()))
-        .map(|(i, _)| i as u32)
+        .map(|(i, _)| BufId::new(i))
         .collect()
 }
 
 /// The call of site `id` (a stage listed by [`sites`]): the primitive's operands and, for a
 /// convolution, its finalize split into bias, post-ops and epilogue; `None` if the body does not
 /// read the operands the primitive needs (a placement bug).
-pub fn call(p: &Program, id: u32, st: &Stage) -> Option<DnnlCall> {
+pub fn call(p: &Program, id: BufId, st: &Stage) -> Option<DnnlCall> {
     let prim = *st.exec.window()?;
     let src_shape = [prim.n, prim.ic, prim.ih, prim.iw].map(|v| v as usize);
     let (mut src, mut wei) = (None, None);
     st.body.visit(&mut |x| {
         if let Expr::Load(Src::Buf(b), idx) = x {
-            let shape = &p.bufs[*b as usize].ty.shape;
+            let shape = &p.bufs[b.index()].ty.shape;
             if idx.first() == Some(&Expr::var(0)) && shape[..] == src_shape[..] {
                 src = src.or(Some(*b));
             } else if prim.kind == WindowKind::Conv && idx.first() == Some(&Expr::var(1)) {
@@ -119,18 +119,18 @@ fn count_acc(e: &Expr) -> usize {
     n
 }
 
-fn is_const(p: &Program, b: u32) -> bool {
-    matches!(p.bufs[b as usize].kind, BufKind::Const(_))
+fn is_const(p: &Program, b: BufId) -> bool {
+    matches!(p.bufs[b.index()].kind, BufKind::Const(_))
 }
 
-fn f32_buf(p: &Program, b: u32) -> bool {
-    p.bufs[b as usize].ty.dtype == DType::F32 && !p.bufs[b as usize].packed
+fn f32_buf(p: &Program, b: BufId) -> bool {
+    p.bufs[b.index()].ty.dtype == DType::F32 && !p.bufs[b.index()].packed
 }
 
 /// Splits the finalize of convolution stage `id` into the primitive's bias (a per-channel
 /// vector read at the channel `Var(1)`), residual (same shape) and ReLU post-ops, and what is left
 /// for an in-place loop.
-fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall) {
+fn split_finalize(p: &Program, id: BufId, st: &Stage, call: &mut DnnlCall) {
     let fin = st
         .reduce
         .as_ref()
@@ -142,7 +142,7 @@ fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall) {
     // `[oc]`, or a broadcast shape such as `[oc, 1, 1]`, read at the channel.
     let is_bias = |e: &Expr| match e {
         Expr::Load(Src::Buf(b), idx) => {
-            let shape = &p.bufs[*b as usize].ty.shape;
+            let shape = &p.bufs[b.index()].ty.shape;
             let pos = idx.iter().position(|i| *i == at);
             f32_buf(p, *b)
                 && pos.is_some_and(|c| shape[c] == extent)
@@ -151,7 +151,7 @@ fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall) {
                 })
         }
         Expr::LoadFlat(Src::Buf(b), f) => {
-            f32_buf(p, *b) && **f == at && p.bufs[*b as usize].ty.numel() == extent
+            f32_buf(p, *b) && **f == at && p.bufs[b.index()].ty.numel() == extent
         }
         _ => false,
     };
@@ -159,13 +159,13 @@ fn split_finalize(p: &Program, id: u32, st: &Stage, call: &mut DnnlCall) {
         Expr::Load(Src::Buf(b), idx) => {
             *b != id
                 && idx[..] == vars[..]
-                && p.bufs[*b as usize].ty.shape == st.ty.shape
+                && p.bufs[b.index()].ty.shape == st.ty.shape
                 && f32_buf(p, *b)
         }
         Expr::LoadFlat(Src::Buf(b), f) => {
             *b != id
                 && **f == flat
-                && p.bufs[*b as usize].ty.numel() == st.ty.numel()
+                && p.bufs[b.index()].ty.numel() == st.ty.numel()
                 && f32_buf(p, *b)
         }
         _ => false,
@@ -237,10 +237,10 @@ pub struct Link {
 }
 
 /// The [`Link`] of every site (`sites[i]` computed by `calls[i]`).
-pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
-    let site_of = |b: u32| sites.binary_search(&b).ok();
+pub fn links(p: &Program, sites: &[BufId], calls: &[DnnlCall]) -> Vec<Link> {
+    let site_of = |b: BufId| sites.binary_search(&b).ok();
     // A producer whose output is the primitive's own result (no loop after it changes it).
-    let producer = |b: Option<u32>| -> i64 {
+    let producer = |b: Option<BufId>| -> i64 {
         b.and_then(site_of)
             .filter(|&k| calls[k].conv() && calls[k].epilogue.is_none())
             .map_or(-1, |k| k as i64)
@@ -269,7 +269,7 @@ pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
         if !c.conv() || c.epilogue.is_some() || p.outputs.contains(&b) {
             continue;
         }
-        let only_linked = readers[b as usize].iter().all(|&r| {
+        let only_linked = readers[b.index()].iter().all(|&r| {
             let Some(j) = site_of(r) else {
                 return false;
             };
@@ -284,7 +284,7 @@ pub fn links(p: &Program, sites: &[u32], calls: &[DnnlCall]) -> Vec<Link> {
                     .is_some_and(|e| e.sources().contains(&Src::Buf(b)));
             linked && !other
         });
-        out[k].blockable = only_linked && !readers[b as usize].is_empty();
+        out[k].blockable = only_linked && !readers[b.index()].is_empty();
     }
     out
 }
@@ -392,11 +392,11 @@ pub fn emit_call(
     places: &[Location],
     symbol: &str,
     site: usize,
-    id: u32,
+    id: BufId,
     call: &DnnlCall,
     fname: &str,
 ) {
-    let ptr = |b: u32| buf_ptr(places, b);
+    let ptr = |b: BufId| buf_ptr(places, b);
     let dst = ptr(id).replace("const float", "float");
     writeln!(
         out,
@@ -404,7 +404,7 @@ pub fn emit_call(
     )
     .unwrap();
     writeln!(out, "    float *dst = {dst};").unwrap();
-    let opt = |b: Option<u32>| b.map_or("NULL".to_string(), ptr);
+    let opt = |b: Option<BufId>| b.map_or("NULL".to_string(), ptr);
     let (a0, a1, a2, a3) = if call.conv() {
         (
             ptr(call.src),
@@ -432,7 +432,7 @@ pub fn emit_call(
 pub struct Primitives<'a> {
     program: &'a Program,
     symbol: &'a str,
-    sites: Vec<u32>,
+    sites: Vec<BufId>,
     calls: Vec<DnnlCall>,
 }
 
@@ -472,14 +472,14 @@ impl super::super::WindowCalls for Primitives<'_> {
         emit_table(out, self.symbol, &self.calls, &links);
     }
 
-    fn emit_call(&self, out: &mut String, places: &[Location], id: u32, fname: &str) -> Option<Expr> {
+    fn emit_call(&self, out: &mut String, places: &[Location], id: BufId, fname: &str) -> Option<Expr> {
         let site = self.sites.binary_search(&id).expect("a primitive site");
         let call = &self.calls[site];
         emit_call(out, places, self.symbol, site, id, call, fname);
         call.epilogue.clone()
     }
 
-    fn epilogue(&self, id: u32) -> Option<Expr> {
+    fn epilogue(&self, id: BufId) -> Option<Expr> {
         let site = self.sites.binary_search(&id).expect("a primitive site");
         self.calls[site].epilogue.clone()
     }

@@ -18,10 +18,10 @@ use super::{
     CWriter, Emitter,
 };
 use crate::ir::strides;
-use crate::te::{ChannelPlan, Stage};
+use crate::te::{BufId, ChannelPlan, Stage};
 
 impl ChannelPlan {
-    pub(super) fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage) {
+    pub(super) fn emit(&self, out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (c, row, w, nv) = (self.c, self.row, self.lanes, self.vecs);

@@ -20,11 +20,18 @@
 use super::{transpose_in_registers, vector_expr_acc, vectorizable, CWriter, Emitter, CACHE_LINE};
 use crate::ir::strides;
 use crate::schedule::plan::MAX_LANES;
-use crate::te::{PlanePlan, Src, Stage};
+use crate::te::{BufId, PlanePlan, Src, Stage};
 
 impl PlanePlan {
     /// The stage's kernel for a variant of `lanes` f32 lanes.
-    pub(super) fn emit(&self, out: &mut CWriter, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
+    pub(super) fn emit(
+        &self,
+        out: &mut CWriter,
+        em: &Emitter,
+        id: BufId,
+        st: &Stage,
+        lanes: usize,
+    ) {
         if self.chan {
             return self.emit_chan(out, em, id, st, lanes);
         }
@@ -299,7 +306,7 @@ impl PlanePlan {
 
     /// The kernel of a channel-blocked plan ([`PlanePlan::chan`]) for a variant of `lanes` f32
     /// lanes: each block of `chan_block` channels is `chan_block / lanes` vectors.
-    fn emit_chan(&self, s: &mut CWriter, em: &Emitter, id: u32, st: &Stage, lanes: usize) {
+    fn emit_chan(&self, s: &mut CWriter, em: &Emitter, id: BufId, st: &Stage, lanes: usize) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (h, w) = (self.h, self.w);

@@ -16,7 +16,7 @@
 //! share of the buffer was read by the other).
 use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{strides, DType, TensorType};
-use crate::te::{affine_terms, simplify, BinOp, BufKind, Exec, Expr, Program, Src, Stage};
+use crate::te::{affine_terms, simplify, BinOp, BufId, BufKind, Exec, Expr, Program, Src, Stage};
 
 use crate::schedule::analysis::{channel_axis, channel_weight, conjuncts, generated_f32_sum};
 
@@ -29,7 +29,7 @@ const MAX_GROWTH: usize = 4;
 pub(super) fn direct_convs(p: &mut Program) {
     let readers = p.readers();
     let mut edits = Vec::new();
-    for (g, b) in p.bufs.iter().enumerate() {
+    for (g, b) in p.buf_ids().zip(&p.bufs) {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
@@ -40,12 +40,12 @@ pub(super) fn direct_convs(p: &mut Program) {
     for (a, padded, g, body) in edits {
         match padded {
             Some(padded) => {
-                p.bufs[a].ty = padded.ty.clone();
-                p.bufs[a].kind = BufKind::Stage(padded);
+                p.bufs[a.index()].ty = padded.ty.clone();
+                p.bufs[a.index()].kind = BufKind::Stage(padded);
             }
-            None => p.bufs[a].kind = BufKind::Dead,
+            None => p.bufs[a.index()].kind = BufKind::Dead,
         }
-        if let BufKind::Stage(st) = &mut p.bufs[g].kind {
+        if let BufKind::Stage(st) = &mut p.bufs[g.index()].kind {
             st.body = body;
         }
     }
@@ -55,10 +55,10 @@ pub(super) fn direct_convs(p: &mut Program) {
 /// `g`, and `g`'s new body.
 fn direct(
     p: &Program,
-    readers: &[Vec<u32>],
-    g: usize,
+    readers: &[Vec<BufId>],
+    g: BufId,
     st: &Stage,
-) -> Option<(usize, Option<Stage>, usize, Expr)> {
+) -> Option<(BufId, Option<Stage>, BufId, Expr)> {
     let r = generated_f32_sum(st)?;
     let shape = &st.ty.shape;
     let c = shape.len() - 2;
@@ -75,30 +75,30 @@ fn direct(
     };
     // The im2col stage and its index as this contraction reads it.
     let (a, a_idx) = match operand.as_ref() {
-        Expr::Load(Src::Buf(a), idx) => (*a as usize, idx.clone()),
+        Expr::Load(Src::Buf(a), idx) => (*a, idx.clone()),
         Expr::LoadFlat(Src::Buf(a), f) => (
-            *a as usize,
-            delinearize(f, &p.bufs[*a as usize].ty.shape, shape, &r.extents)?,
+            *a,
+            delinearize(f, &p.bufs[a.index()].ty.shape, shape, &r.extents)?,
         ),
         _ => return None,
     };
-    let ab = &p.bufs[a];
+    let ab = &p.bufs[a.index()];
     let BufKind::Stage(ast) = &ab.kind else {
         return None;
     };
-    let mut rs = readers[a].clone();
+    let mut rs = readers[a.index()].clone();
     rs.dedup();
     // The operand is the contraction's only read of the im2col (its epilogue keeps its reads).
     let in_fin = r
         .finalize
         .as_ref()
-        .is_some_and(|f| f.sources().contains(&Src::Buf(a as u32)));
+        .is_some_and(|f| f.sources().contains(&Src::Buf(a)));
     if ast.reduce.is_some()
         || ast.exec != Exec::Generated
         || ast.ty.dtype != DType::F32
         || ab.packed
-        || p.outputs.contains(&(a as u32))
-        || rs != [g as u32]
+        || p.outputs.contains(&a)
+        || rs != [g]
         || in_fin
     {
         return None;
@@ -110,7 +110,7 @@ fn direct(
     let Expr::Load(Src::Buf(xb), xi) = value else {
         return None;
     };
-    let xbuf = &p.bufs[*xb as usize];
+    let xbuf = &p.bufs[xb.index()];
     let xs = &xbuf.ty.shape;
     if xbuf.ty.dtype != DType::F32 || xbuf.packed || xi.len() != xs.len() {
         return None;
@@ -183,7 +183,7 @@ fn direct(
         exec: Exec::Generated,
         choice: None,
     });
-    let src = if padded.is_some() { a as u32 } else { *xb };
+    let src = if padded.is_some() { a } else { *xb };
     // The contraction's read: `xp` at the im2col's index, its reduction part first.
     let pst = strides(&pshape);
     let mut flat = Expr::i(0);

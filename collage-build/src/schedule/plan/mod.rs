@@ -24,8 +24,8 @@ use crate::schedule::analysis::{
 use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
 use crate::te::{
-    BinOp, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan, PlanChoice,
-    PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, WindowPlan,
+    BinOp, BufId, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
+    PlanChoice, PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, WindowPlan,
 };
 pub(crate) use plane::MAX_LANES;
 
@@ -228,7 +228,7 @@ fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
         && guard.as_ref().is_some_and(|g| {
             st.ty.dtype == DType::F32
                 && matches!(&g.value, Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _)
-                    if p.bufs[*b as usize].ty.dtype == DType::F32 && !p.bufs[*b as usize].packed)
+                    if p.bufs[b.index()].ty.dtype == DType::F32 && !p.bufs[b.index()].packed)
                 && load_coef(p, &g.value, v) == Some(1)
         });
     InjectivePlan {
@@ -243,7 +243,7 @@ fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
 /// The stage a plan is chosen for at buffer `b`: a generated stage itself; for a library call,
 /// the in-place epilogue the generated code runs after it, if any (`rest`: what of a library
 /// call's finalize the call leaves, which its backend knows).
-pub fn planned_stage<'p>(p: &'p Program, b: u32, rest: &Rest<'_>) -> Option<Cow<'p, Stage>> {
+pub fn planned_stage<'p>(p: &'p Program, b: BufId, rest: &Rest<'_>) -> Option<Cow<'p, Stage>> {
     let st = p.stage(b)?;
     match &st.exec {
         Exec::Generated => Some(Cow::Borrowed(st)),
@@ -252,7 +252,7 @@ pub fn planned_stage<'p>(p: &'p Program, b: u32, rest: &Rest<'_>) -> Option<Cow<
 }
 
 /// What of library stage `b`'s finalize its call leaves to run in place after it.
-pub type Rest<'a> = dyn Fn(&Program, u32) -> Option<Expr> + 'a;
+pub type Rest<'a> = dyn Fn(&Program, BufId) -> Option<Expr> + 'a;
 
 /// The plans of every stage of `p` for `target`, indexed by buffer, each with one plan per
 /// variant of [`Isa::ALL`] (none for buffers that are not stages, or that a library call
@@ -268,12 +268,13 @@ pub fn plan_program(
     seed: Option<u64>,
 ) -> Vec<Vec<KernelPlan>> {
     let cpu = &*target.host_cpu();
-    (0..p.bufs.len() as u32)
+    p.buf_ids()
         .map(|b| match planned_stage(p, b, rest) {
             Some(st) => {
                 // The kind is drawn once for the stage (the same in every variant where the
                 // same kinds fit): its default half of the time, else any kind that fits.
-                let stage_seed = seed.map(|s| s ^ u64::from(b).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let stage_seed =
+                    seed.map(|s| s ^ u64::from(b.0).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 let pick = stage_seed.map(|s| {
                     let mut d = Draw::new(s);
                     (d.below(2) == 1, d.below(1 << 16) as usize)
@@ -306,8 +307,8 @@ pub fn plan_program(
 
 /// The widths in columns of the register tile of stage `b` in every variant, if it is
 /// register-blocked in all of them (groups make their instances whole tiles).
-pub fn tile_widths(p: &Program, b: u32) -> Option<Vec<usize>> {
-    let plans = p.plans.get(b as usize)?;
+pub fn tile_widths(p: &Program, b: BufId) -> Option<Vec<usize>> {
+    let plans = p.plans.get(b.index())?;
     if plans.is_empty() {
         return None;
     }
@@ -481,7 +482,7 @@ fn row_plan(p: &Program, st: &Stage, max_jam: usize, acc: u32) -> RowPlan {
     let mut row_loads = Vec::new();
     value.visit(&mut |e| {
         if let Expr::Load(Src::Buf(b), idx) = e {
-            let strides = strides(&p.bufs[*b as usize].ty.shape);
+            let strides = strides(&p.bufs[b.index()].ty.shape);
             let c = idx.iter().zip(&strides).try_fold(0i64, |acc, (ie, &s)| {
                 Some(acc + coef(ie, v as u32)? * s as i64)
             });
@@ -552,7 +553,7 @@ fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<
             continue;
         };
         let Src::Buf(b) = s else { continue };
-        let b = &p.bufs[*b as usize];
+        let b = &p.bufs[b.index()];
         if !b.packed && b.ty.bytes() >= STREAM_BYTES && !streams.contains(e) {
             streams.push(e.clone());
         }

@@ -2,7 +2,7 @@
 //! planes; `codegen/c/plane.rs` prints it.
 use crate::ir::DType;
 use crate::schedule::analysis::{conjuncts, uses_var, vectorizable};
-use crate::te::{affine_terms, Axis, BinOp, Expr, PlanePlan, Program, RedOp, Src, Stage};
+use crate::te::{affine_terms, Axis, BinOp, BufId, Expr, PlanePlan, Program, RedOp, Src, Stage};
 
 /// Scratch (the padded input band) per task, in floats: 32 KiB.
 const SCRATCH_FLOATS: usize = 8 * 1024;
@@ -51,7 +51,7 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage, knobs: Option<PlaneKnobs>) -> 
     let Expr::Bin(BinOp::Mul, a, b) = &value else {
         return None;
     };
-    let reads_plane = |e: &Expr| -> Option<(u32, Vec<Expr>)> {
+    let reads_plane = |e: &Expr| -> Option<(BufId, Vec<Expr>)> {
         match e {
             Expr::Load(Src::Buf(x), idx) if idx.len() == 4 && uses(idx, 2) && uses(idx, 3) => {
                 Some((*x, idx.clone()))
@@ -64,7 +64,7 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage, knobs: Option<PlaneKnobs>) -> 
         (None, Some(l)) => (l, a.as_ref().clone()),
         _ => return None,
     };
-    let xb = &p.bufs[x as usize];
+    let xb = &p.bufs[x.index()];
     if xb.packed || xb.ty.dtype != DType::F32 {
         return None;
     }

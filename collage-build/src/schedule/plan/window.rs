@@ -152,7 +152,7 @@ mod tests {
             (BinOp::Le, 111),
         ] {
             let cond = bin(BinOp::And, row.clone(), bin(op, col(), Expr::i(b)));
-            let load = Expr::Load(Src::Buf(0), vec![col()]);
+            let load = Expr::Load(Src::Buf(crate::te::BufId(0)), vec![col()]);
             let body = Expr::Select(
                 Box::new(Expr::Cast(DType::Bool, Box::new(cond))),
                 Box::new(load.clone()),
