@@ -302,7 +302,28 @@ pub fn best_tiles(
     rtile: Option<&[usize]>,
     k: usize,
 ) -> Vec<(Vec<usize>, usize)> {
-    let mut ranked: Vec<(Vec<usize>, usize)> = candidate_tiles(&st.ty.shape, lanes)
+    best_of(
+        p,
+        st,
+        candidate_tiles(&st.ty.shape, lanes),
+        capacity,
+        rtile,
+        k,
+    )
+}
+
+/// [`best_tiles`] over given candidates (a plan's tiles: shapes its loops can run): the `k`
+/// whose footprint fits `capacity` bytes with the lowest traffic, with their traffic, best
+/// first (ties: the larger tile, then the lexicographically smaller).
+pub fn best_of(
+    p: &Program,
+    st: &Stage,
+    candidates: Vec<Vec<usize>>,
+    capacity: usize,
+    rtile: Option<&[usize]>,
+    k: usize,
+) -> Vec<(Vec<usize>, usize)> {
+    let mut ranked: Vec<(Vec<usize>, usize)> = candidates
         .into_iter()
         .filter(|t| footprint(p, st, t, rtile) <= capacity)
         .map(|t| {

@@ -181,6 +181,7 @@ impl KernelPlan {
                 vecs: c.vecs as u8,
                 rows: c.rows as u8,
                 kc: c.kc as u16,
+                groups: c.n_groups as u16,
             },
             KernelPlan::Scan(_) => PlanChoice::Scan,
         }
@@ -351,6 +352,9 @@ pub enum PlanChoice {
         rows: u8,
         /// Reduction block (1..=1024).
         kc: u16,
+        /// Column groups: the thread split of each channel tile's columns into tasks
+        /// (1..=4096).
+        groups: u16,
     },
     /// [`KernelPlan::Scan`] (no knobs).
     Scan,
@@ -740,10 +744,16 @@ impl PlanChoice {
                 ("chan", b(chan)),
                 ("prefetch", b(prefetch)),
             ],
-            PlanChoice::Channel { vecs, rows, kc } => vec![
+            PlanChoice::Channel {
+                vecs,
+                rows,
+                kc,
+                groups,
+            } => vec![
                 ("vecs", vecs.into()),
                 ("rows", rows.into()),
                 ("kc", kc.into()),
+                ("groups", groups.into()),
             ],
             PlanChoice::Scan => vec![],
         }
@@ -765,7 +775,12 @@ impl PlanChoice {
                 ("chan", 0, 1),
                 ("prefetch", 0, 1),
             ],
-            PlanKind::Channel => &[("vecs", 1, 4), ("rows", 1, 24), ("kc", 1, 1024)],
+            PlanKind::Channel => &[
+                ("vecs", 1, 4),
+                ("rows", 1, 24),
+                ("kc", 1, 1024),
+                ("groups", 1, 4096),
+            ],
             PlanKind::Scan => &[],
         }
     }
@@ -798,6 +813,7 @@ impl PlanChoice {
                 vecs: value("vecs") as u8,
                 rows: value("rows") as u8,
                 kc: value("kc") as u16,
+                groups: value("groups") as u16,
             },
             PlanKind::Scan => PlanChoice::Scan,
         }

@@ -1,5 +1,6 @@
 //! The channel-vectorised plan (`te::ChannelPlan`): contractions over short rows vectorised along
 //! their output channels; `codegen/c/channel.rs` prints it.
+use crate::fusion::tile::best_of;
 use crate::schedule::analysis::{channel_axis, load_coef, vectorizable};
 use crate::schedule::kernel::gemm_defaults;
 use crate::target::Cpu;
@@ -18,15 +19,21 @@ const KC: usize = 256;
 /// parallelism of a few cores.
 const MIN_TASKS: usize = 16;
 
+/// The share of the L2 one task's step may keep (its block of the reduction: the columns'
+/// inputs, the block of weights, the accumulated outputs): the other half holds the next
+/// step's lines as they stream in and the outputs on their way out.
+const L2_SHARE: usize = 2;
+
 /// The channel-vectorised plan of `st` for `lanes` f32 lanes, if it contracts along a channel
-/// axis ([`channel_axis`]); `knobs` (vectors of channels, columns per tile, reduction block),
-/// when given, replace the defaults, each legalised.
+/// axis ([`channel_axis`]); `knobs` (vectors of channels, columns per tile, reduction block,
+/// column groups), when given, replace the defaults, each legalised. Without knobs, the column
+/// groups (the thread split) come from the traffic model ([`column_groups`]).
 pub(crate) fn channel_plan(
     p: &Program,
     st: &Stage,
     isa: Isa,
     cpu: &Cpu,
-    knobs: Option<(u8, u8, u16)>,
+    knobs: Option<(u8, u8, u16, u16)>,
 ) -> Option<ChannelPlan> {
     let lanes = isa.lanes();
     // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
@@ -43,7 +50,7 @@ pub(crate) fn channel_plan(
     }
     let row = shape.len() - 1;
     let want_vecs = match knobs {
-        Some((v, _, _)) => v as usize,
+        Some((v, _, _, _)) => v as usize,
         None => gemm_defaults(shape[c], isa, cpu).0,
     };
     let vecs = (1..=want_vecs.clamp(1, 4))
@@ -55,14 +62,14 @@ pub(crate) fn channel_plan(
         ACCS_16
     };
     let rows = match knobs {
-        Some((_, r, _)) => r as usize,
+        Some((_, r, _, _)) => r as usize,
         None => budget / vecs,
     }
     .clamp(1, shape[row]);
     let tile = vecs * lanes;
     let k = r.extents[0];
     let kc = match knobs {
-        Some((_, _, kc)) => (kc as usize).clamp(1, 1024),
+        Some((_, _, kc, _)) => (kc as usize).clamp(1, 1024),
         None => KC,
     }
     .min(k);
@@ -72,8 +79,14 @@ pub(crate) fn channel_plan(
         .map(|d| shape[d])
         .product();
     let blocks = shape[row].div_ceil(rows);
-    let want = MIN_TASKS.div_ceil(n_tiles * others).clamp(1, blocks);
-    let group = blocks.div_ceil(want) * rows;
+    let split = match knobs {
+        Some((_, _, _, g)) => (g as usize).clamp(1, blocks),
+        None => {
+            let want = MIN_TASKS.div_ceil(n_tiles * others).clamp(1, blocks);
+            column_groups(p, st, (c, row), tile, rows, kc, want, cpu.l2 / L2_SHARE)
+        }
+    };
+    let group = blocks.div_ceil(split) * rows;
     let n_groups = shape[row].div_ceil(group);
     Some(ChannelPlan {
         c,
@@ -87,4 +100,50 @@ pub(crate) fn channel_plan(
         n_groups,
         n_outer: others * n_tiles * n_groups,
     })
+}
+
+/// How many column groups each channel tile's columns are split into, by Welder's traffic
+/// model ([`best_of`]): a split into `n` groups (`want`, enough tasks for the cores, times a
+/// power of two, so that the tasks still divide evenly among a power-of-two count of threads,
+/// up to one register tile of columns per task) makes a task's tile `tile` channels by
+/// `ceil(blocks / n) * rows` columns; among the splits whose step (a reduction block of `kc`)
+/// fits `capacity` bytes, the one with the least traffic (every task reads its columns' inputs
+/// and its channels' weights whole, so fewer, larger tasks read less). When none fits, the
+/// smallest tiles.
+#[allow(clippy::too_many_arguments)]
+fn column_groups(
+    p: &Program,
+    st: &Stage,
+    (c, row): (usize, usize),
+    tile: usize,
+    rows: usize,
+    kc: usize,
+    want: usize,
+    capacity: usize,
+) -> usize {
+    let shape = &st.ty.shape;
+    let blocks = shape[row].div_ceil(rows);
+    let mut splits: Vec<(usize, Vec<usize>)> = Vec::new();
+    let counts = (0..).map(|j| want << j).take_while(|&n| n < blocks);
+    for n in counts.chain([blocks]) {
+        let columns = blocks.div_ceil(n) * rows;
+        if splits
+            .last()
+            .is_some_and(|(_, t)| t[row] == columns.min(shape[row]))
+        {
+            continue;
+        }
+        let mut t = vec![1; shape.len()];
+        t[c] = tile;
+        t[row] = columns.min(shape[row]);
+        splits.push((n, t));
+    }
+    let tiles = splits.iter().map(|(_, t)| t.clone()).collect();
+    match best_of(p, st, tiles, capacity, Some(&[kc]), 1).first() {
+        Some((best, _)) => splits
+            .iter()
+            .find(|(_, t)| t == best)
+            .map_or(want, |(n, _)| *n),
+        None => blocks,
+    }
 }

@@ -122,7 +122,12 @@ fn plan_kind(
         }
         (PlanKind::Channel, Some(_)) => {
             let knobs = match choice {
-                Some(PlanChoice::Channel { vecs, rows, kc }) => Some((vecs, rows, kc)),
+                Some(PlanChoice::Channel {
+                    vecs,
+                    rows,
+                    kc,
+                    groups,
+                }) => Some((vecs, rows, kc, groups)),
                 _ => None,
             };
             channel::channel_plan(p, st, isa, cpu, knobs).map(KernelPlan::Channel)
