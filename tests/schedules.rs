@@ -180,7 +180,7 @@ fn convolutions_through_im2col_and_direct() {
     // instances of one 64-column panel, each reading all 27 rows of it (one slot), at L2; apart,
     // the im2col buffer would go to memory and back (2 x 27 x 1600 x 4 bytes more traffic).
     let c = padded_conv3x3(&[1, 3, 40, 40], 8);
-    let gs = collage_build::report::groups(&c);
+    let gs = collage_build::report::groups(&c, &collage_build::target::Target::for_build());
     assert_eq!(gs.len(), 1);
     let (grp, info) = (&gs[0].group, &gs[0].info);
     assert_eq!((grp.cols, grp.instances, grp.slots), (64, 25, 25));

@@ -83,7 +83,7 @@ pub trait WindowCalls {
     fn emit_call(
         &self,
         out: &mut String,
-        places: &[Location],
+        locs: &[Location],
         id: BufId,
         fname: &str,
     ) -> Option<Expr>;

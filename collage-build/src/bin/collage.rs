@@ -434,7 +434,10 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             print!("{}", collage_build::report::render_text(&c.name, &ks));
             print!(
                 "{}",
-                collage_build::report::render_groups(&collage_build::report::groups(&c))
+                collage_build::report::render_groups(&collage_build::report::groups(
+                    &c,
+                    &collage_build::target::Target::for_build()
+                ))
             );
             warn_misses(&c, place.cache.as_deref(), &model, &place.bind);
             let pr = if profile {

@@ -290,10 +290,10 @@ const VARIANTS: &[(Isa, &str, &str)] = &[
     (Isa::Avx2, "avx2,fma", "__builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\")"),
 ];
 
-/// Emits the C translation unit for `p`; `places` gives every buffer's location.
+/// Emits the C translation unit for `p`; `locs` gives every buffer's location.
 ///
 /// Define `COLLAGE_NO_DISPATCH` when compiling to build only the baseline variant.
-pub fn emit(p: &Program, places: &[Location], symbol: &str, header: &str) -> String {
+pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> String {
     let mut out = CWriter::new();
     out.line(format!("/* {} */", comment(header)));
     out.raw(PRELUDE);
@@ -341,12 +341,12 @@ pub fn emit(p: &Program, places: &[Location], symbol: &str, header: &str) -> Str
         out.line(format!("#ifndef CL_NO_{}", isa.name().to_uppercase()));
         out.line("#pragma GCC push_options");
         out.line(format!("#pragma GCC target(\"{target}\")"));
-        emit_variant(&mut out, p, places, *isa, &windows, symbol);
+        emit_variant(&mut out, p, locs, *isa, &windows, symbol);
         out.line("#pragma GCC pop_options");
         out.line("#endif");
     }
     out.line("#endif");
-    emit_variant(&mut out, p, places, Isa::Base, &windows, symbol);
+    emit_variant(&mut out, p, locs, Isa::Base, &windows, symbol);
     out.line("");
     out.open(format!("void collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
     if let Some((_, w)) = &windows {
@@ -414,7 +414,7 @@ type Windows<'a> = Option<(
 /// The arena ranges (offset, bytes) stage `id` reads and writes, sorted: its own buffer and the
 /// arena buffers its body and finalize load, with a group's producer's for its consumer (one task
 /// runs both). What `CL_LIVE` leaves unpoisoned in a sanitised build.
-fn live_ranges(p: &Program, places: &[Location], id: BufId) -> Vec<(usize, usize)> {
+fn live_ranges(p: &Program, locs: &[Location], id: BufId) -> Vec<(usize, usize)> {
     let reads = |b: BufId| p.stage(b).expect("a stage").reads();
     let mut bufs: Vec<BufId> = std::iter::once(id).chain(reads(id)).collect();
     if let Some(g) = p.groups.iter().find(|g| g.consumer == id) {
@@ -423,7 +423,7 @@ fn live_ranges(p: &Program, places: &[Location], id: BufId) -> Vec<(usize, usize
     }
     let mut ranges: Vec<(usize, usize)> = bufs
         .into_iter()
-        .filter_map(|b| match places[b.index()] {
+        .filter_map(|b| match locs[b.index()] {
             Location::Arena(o) => Some((o, p.arena_bytes(b))),
             _ => None,
         })
@@ -433,10 +433,9 @@ fn live_ranges(p: &Program, places: &[Location], id: BufId) -> Vec<(usize, usize
     ranges
 }
 
-/// The bytes of the arena `places` use (the end of its last buffer).
-fn arena_end(p: &Program, places: &[Location]) -> usize {
-    places
-        .iter()
+/// The bytes of the arena `locs` use (the end of its last buffer).
+fn arena_end(p: &Program, locs: &[Location]) -> usize {
+    locs.iter()
         .enumerate()
         .filter_map(|(b, pl)| match pl {
             Location::Arena(o) => Some(o + p.arena_bytes(BufId::new(b))),
@@ -455,7 +454,7 @@ fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
 fn emit_variant(
     out: &mut CWriter,
     p: &Program,
-    places: &[Location],
+    locs: &[Location],
     isa: Isa,
     windows: &Windows,
     symbol: &str,
@@ -467,14 +466,14 @@ fn emit_variant(
     let tick = |calls: &mut Vec<String>, id: BufId| {
         calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"))
     };
-    let end = arena_end(p, places);
+    let end = arena_end(p, locs);
     for (id, b) in p.buf_ids().zip(&p.bufs) {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
         // A group's producer runs inside its consumer's task.
         if end > 0 && !p.groups.iter().any(|g| g.producer == id) {
-            calls.push(live_line(end, &live_ranges(p, places, id)));
+            calls.push(live_line(end, &live_ranges(p, locs, id)));
         }
         // A library call computes the stage; what remains of its finalize (the fused
         // consumers) runs afterwards as an in-place loop.
@@ -493,7 +492,7 @@ fn emit_variant(
                 let fname = format!("k{id}{suffix}_win");
                 out.line("");
                 out.line(format!("/* {} on {name} */", stage_title(st)));
-                let epilogue = w.emit_call(out.text_mut(), places, id, &fname);
+                let epilogue = w.emit_call(out.text_mut(), locs, id, &fname);
                 calls.push(format!("{fname}(rt, &ctx);"));
                 tick(&mut calls, id);
                 Some(epilogue)
@@ -512,7 +511,7 @@ fn emit_variant(
                 out.line("");
                 out.line(format!("/* {} on {backend} */", stage_title(st)));
                 let parallel = worth_parallel(p, st);
-                super::library::emit_gemm(out, places, id, &g, *backend, &fname, parallel);
+                super::library::emit_gemm(out, locs, id, &g, *backend, &fname, parallel);
                 calls.push(format!("{fname}(rt, &ctx);"));
                 tick(&mut calls, id);
                 Some(st.gemm_epilogue())
@@ -523,7 +522,7 @@ fn emit_variant(
             .iter()
             .find(|g| g.producer == id || g.consumer == id)
         {
-            let Location::Arena(slots_at) = places[g.producer.index()] else {
+            let Location::Arena(slots_at) = locs[g.producer.index()] else {
                 panic!("group producer {} is not in the arena", g.producer)
             };
             let m = Member {
@@ -533,7 +532,7 @@ fn emit_variant(
                 fill: g.producer == id,
             };
             let plan = stage_plan(p, id, st, isa);
-            let (fname, n_outer, _) = emit_stage(out, p, places, id, st, plan, isa, Some(&m));
+            let (fname, n_outer, _) = emit_stage(out, p, locs, id, st, plan, isa, Some(&m));
             if !m.fill {
                 let task = emit_group_task(out, p, g, &fname, n_outer, isa);
                 calls.push(format!(
@@ -554,7 +553,7 @@ fn emit_variant(
             }
         };
         let plan = stage_plan(p, id, st, isa);
-        let (fname, n_outer, parallel) = emit_stage(out, p, places, id, st, plan, isa, None);
+        let (fname, n_outer, parallel) = emit_stage(out, p, locs, id, st, plan, isa, None);
         if n_outer == 0 {
             continue;
         }
@@ -654,7 +653,7 @@ fn stage_plan<'p>(p: &'p Program, id: BufId, st: &Stage, isa: Isa) -> &'p Kernel
 fn emit_stage(
     out: &mut CWriter,
     p: &Program,
-    places: &[Location],
+    locs: &[Location],
     id: BufId,
     st: &Stage,
     plan: &KernelPlan,
@@ -713,7 +712,7 @@ fn emit_stage(
                 m.slots_at, m.slot_bytes
             );
         }
-        match places[b.index()] {
+        match locs[b.index()] {
             Location::Input(i) => {
                 format!("const {ty} *restrict b{b} = (const {ty} *)ctx->I[{i}];")
             }
@@ -1280,10 +1279,11 @@ impl GemmPlan {
                     out.line(format!("c{j}_{t} += {x};"));
                 }
             }
-            // The next tile's rows, a cache line at a time.
+            // The rows of the tile `prefetch_tiles` ahead, a cache line at a time.
+            let ahead = tw * self.prefetch_tiles;
             for e in &self.prefetch {
                 for c in (0..tw).step_by(CACHE_LINE / 4) {
-                    let at = row_address(em, e, v as u32, &format!("t0 + {}", tw + c));
+                    let at = row_address(em, e, v as u32, &format!("t0 + {}", ahead + c));
                     out.line(format!("__builtin_prefetch({at});"));
                 }
             }
@@ -1314,7 +1314,7 @@ impl GemmPlan {
                         // ahead, where the loads stream too.
                         if !self.prefetch.is_empty() && (t * w) % (CACHE_LINE / 4) == 0 {
                             out.line(format!(
-                                "__builtin_prefetch(&b{id}[{flat} + {col} + {tw}], 1);"
+                                "__builtin_prefetch(&b{id}[{flat} + {col} + {ahead}], 1);"
                             ));
                         }
                     }

@@ -291,7 +291,7 @@ pub fn blas_strides_ok(g: &GemmCall) -> bool {
 /// preceded by `{fname}_off`, the batch offsets of its operands.
 pub fn emit_gemm(
     out: &mut CWriter,
-    places: &[Location],
+    locs: &[Location],
     id: BufId,
     g: &GemmCall,
     backend: crate::backend::BackendId,
@@ -303,8 +303,8 @@ pub fn emit_gemm(
         .ok()
         .and_then(|b| b.gemm_fn())
         .unwrap_or_else(|| panic!("backend {backend} places GEMMs but names no GEMM function"));
-    let ptr = |b: BufId| buf_ptr(places, b);
-    let Location::Arena(co) = places[id.index()] else {
+    let ptr = |b: BufId| buf_ptr(locs, b);
+    let Location::Arena(co) = locs[id.index()] else {
         panic!("GEMM stage {id} is not in the arena")
     };
     let nb: usize = g.batch.iter().product();

@@ -218,7 +218,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
 /// in the arena. Returns the locations, the weight blob and the arena size. ("Place" names one
 /// idea only: placing sub-graphs on backends, `driver::place`.)
 pub fn locate(p: &Program) -> (Vec<Location>, Vec<u8>, usize) {
-    let mut places = vec![Location::None; p.bufs.len()];
+    let mut locs = vec![Location::None; p.bufs.len()];
     let mut weights = Vec::new();
     let mut readers = p.readers();
     // A group's producer runs inside its consumer's task (`k<a>_fill` in `g<b>`): what it reads
@@ -235,12 +235,12 @@ pub fn locate(p: &Program) -> (Vec<Location>, Vec<u8>, usize) {
     let mut stage_ids = Vec::new();
     for (i, b) in p.bufs.iter().enumerate() {
         match &b.kind {
-            BufKind::Input(k) => places[i] = Location::Input(*k),
+            BufKind::Input(k) => locs[i] = Location::Input(*k),
             BufKind::Const(_) => {
                 let off = weights.len().div_ceil(64) * 64;
                 weights.resize(off, 0);
                 weights.extend_from_slice(&b.stored_bytes().expect("a constant"));
-                places[i] = Location::Weight(off);
+                locs[i] = Location::Weight(off);
             }
             BufKind::Stage(_) => {
                 let last = if p.outputs.contains(&BufId::new(i)) {
@@ -260,9 +260,9 @@ pub fn locate(p: &Program) -> (Vec<Location>, Vec<u8>, usize) {
     }
     let plan = plan_arena(&intervals);
     for (k, &i) in stage_ids.iter().enumerate() {
-        places[i] = Location::Arena(plan.offsets[k]);
+        locs[i] = Location::Arena(plan.offsets[k]);
     }
-    (places, weights, plan.size)
+    (locs, weights, plan.size)
 }
 
 /// The first line of a generated C file.
@@ -282,9 +282,9 @@ pub fn share_weights(cs: &mut [Compiled]) -> Vec<u8> {
     // Content hash → offsets of constants with that hash (compared byte for byte).
     let mut seen: std::collections::HashMap<u64, Vec<(usize, usize)>> = Default::default();
     for c in cs.iter_mut() {
-        let (mut places, _, _) = locate(&c.program);
+        let (mut locs, _, _) = locate(&c.program);
         for (i, b) in c.program.bufs.iter().enumerate() {
-            if !matches!(places[i], Location::Weight(_)) {
+            if !matches!(locs[i], Location::Weight(_)) {
                 continue;
             }
             let bytes = b.stored_bytes().expect("a constant");
@@ -308,9 +308,9 @@ pub fn share_weights(cs: &mut [Compiled]) -> Vec<u8> {
                     o
                 }
             };
-            places[i] = Location::Weight(off);
+            locs[i] = Location::Weight(off);
         }
-        c.c_source = c::emit(&c.program, &places, &c.symbol, &header(&c.name));
+        c.c_source = c::emit(&c.program, &locs, &c.symbol, &header(&c.name));
         c.weights = Vec::new();
     }
     blob
@@ -378,7 +378,7 @@ pub fn run_steps(p: &mut Program, steps: &[Step], cx: &mut StepCx<'_>) {
 fn group(p: &mut Program, cx: &mut StepCx<'_>) {
     p.groups.clear();
     if !cx.switches.no_layout && !cx.switches.no_groups {
-        p.groups = crate::schedule::plan_groups(p, &crate::schedule::tile_widths);
+        p.groups = crate::schedule::plan_groups(p, cx.target, &crate::schedule::tile_widths);
     }
 }
 
@@ -479,7 +479,7 @@ pub fn compile_scheduled(
     };
     run_steps(&mut p, PIPELINE, &mut cx);
     let warnings = cx.warnings;
-    let (places, weights, arena_size) = locate(&p);
+    let (locs, weights, arena_size) = locate(&p);
     if arena_size > g.limits.max_bytes {
         return Err(crate::error::Error::Model {
             model: g.name.clone(),
@@ -489,7 +489,7 @@ pub fn compile_scheduled(
             ),
         });
     }
-    let c_source = c::emit(&p, &places, symbol, &header(&g.name));
+    let c_source = c::emit(&p, &locs, symbol, &header(&g.name));
     let inputs = p
         .inputs
         .iter()
@@ -505,7 +505,7 @@ pub fn compile_scheduled(
         .iter()
         .zip(&p.output_names)
         .map(|(&b, n)| {
-            let Location::Arena(off) = places[b.index()] else {
+            let Location::Arena(off) = locs[b.index()] else {
                 unreachable!("outputs are stages in the arena")
             };
             Io {

@@ -460,7 +460,7 @@ impl Conv {
             dims.extend(&geo.kernel);
             dims.extend(&geo.out);
             // Var(1) = ci, Var(2 + j) = window point j, Var(2 + sp + j) = output position j.
-            let place = |e: &Expr| -> Expr {
+            let relabel = |e: &Expr| -> Expr {
                 e.rewrite(&mut |y| match y {
                     Expr::Var(v) if *v >= 2 => Some(Expr::var(*v as usize + sp)),
                     Expr::RVar(r) if *r >= 1 => Some(Expr::var(1 + *r as usize)),
@@ -468,9 +468,9 @@ impl Conv {
                 })
             };
             let mut xi = vec![Expr::var(0), Expr::var(1)];
-            xi.extend(pos.iter().map(place));
+            xi.extend(pos.iter().map(relabel));
             let body = guard(
-                cond.as_ref().map(place),
+                cond.as_ref().map(relabel),
                 Expr::load(Src::Arg(0), xi),
                 Expr::c(d, 0.0),
             );
@@ -483,7 +483,7 @@ impl Conv {
             let pp = Expr::unflatten(&Expr::var(2), &geo.out);
             // Substitute the convolution's variables: Var(2 + j) -> output position j, RVar(1 + j)
             // -> window point j.
-            let place = |e: &Expr| -> Expr {
+            let relabel = |e: &Expr| -> Expr {
                 e.rewrite(&mut |y| match y {
                     Expr::Var(v) if *v >= 2 => Some(pp[*v as usize - 2].clone()),
                     Expr::RVar(r) if *r >= 1 => Some(kk[*r as usize].clone()),
@@ -491,9 +491,9 @@ impl Conv {
                 })
             };
             let mut xi = vec![Expr::var(0), kk[0].clone()];
-            xi.extend(pos.iter().map(place));
+            xi.extend(pos.iter().map(relabel));
             let value = Expr::load(Src::Arg(0), xi);
-            let body = guard(cond.as_ref().map(place), value, Expr::c(d, 0.0));
+            let body = guard(cond.as_ref().map(relabel), value, Expr::c(d, 0.0));
             Some(cx.materialized_stage(col_ty.clone(), body))
         };
         let operand = match col {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::codegen::Compiled;
+use crate::target::Target;
 use crate::te::{BufId, Isa, KernelPlan};
 use crate::tune::measure;
 use crate::tune::price::{kernel_estimate_us, kernel_key};
@@ -114,8 +115,8 @@ impl GroupReport {
     }
 }
 
-/// Every group of a compiled model.
-pub fn groups(c: &Compiled) -> Vec<GroupReport> {
+/// Every group of a compiled model, for the `target` it was compiled for.
+pub fn groups(c: &Compiled, target: &Target) -> Vec<GroupReport> {
     let p = &c.program;
     let name = |b: BufId| p.stage(b).map_or_else(String::new, |s| s.name.clone());
     p.groups
@@ -123,7 +124,7 @@ pub fn groups(c: &Compiled) -> Vec<GroupReport> {
         .map(|g| GroupReport {
             group: g.clone(),
             names: (name(g.producer), name(g.consumer)),
-            info: crate::schedule::group::describe(p, g),
+            info: crate::schedule::group::describe(p, g, target),
         })
         .collect()
 }
@@ -241,7 +242,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
         let base = stage.rsplit_once('_').map_or(stage, |(b, _)| b);
         g.nodes.iter().position(|n| n.name == base)
     };
-    let groups = groups(c)
+    let groups = groups(c, &Target::for_build())
         .iter()
         .map(|r| {
             let mut nodes: Vec<usize> = [&r.names.0, &r.names.1]

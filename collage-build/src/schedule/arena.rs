@@ -23,8 +23,8 @@ pub enum Location {
 
 /// The C expression of buffer `b`'s first element as `const float *` (inside a kernel taking
 /// `collage_ctx *ctx`).
-pub fn buf_ptr(places: &[Location], b: BufId) -> String {
-    match places[b.index()] {
+pub fn buf_ptr(locs: &[Location], b: BufId) -> String {
+    match locs[b.index()] {
         Location::Input(i) => format!("(const float *)ctx->I[{i}]"),
         Location::Weight(o) => format!("(const float *)(ctx->W + {o})"),
         Location::Arena(o) => format!("(const float *)(ctx->A + {o})"),
@@ -32,7 +32,7 @@ pub fn buf_ptr(places: &[Location], b: BufId) -> String {
     }
 }
 
-/// A buffer to place: its size and the steps during which it is live (inclusive).
+/// A buffer to lay out in the arena: its size and the steps during which it is live (inclusive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveRange {
     /// Bytes.

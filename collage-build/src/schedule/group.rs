@@ -28,10 +28,10 @@ pub const MIN_INSTANCES: usize = 16;
 /// for a stage it does not; instances are whole tiles of each.
 pub fn plan_groups(
     p: &Program,
+    target: &Target,
     tile_widths: &dyn Fn(&Program, BufId) -> Option<Vec<usize>>,
 ) -> Vec<Group> {
-    let target = Target::for_build();
-    let l2 = target.cpu().map_or(1 << 20, |c| c.l2);
+    let l2 = target.host_cpu().l2;
     let readers = p.readers();
     let mut groups = Vec::new();
     for (a, buf) in p.buf_ids().zip(&p.bufs) {
@@ -151,7 +151,7 @@ pub struct GroupInfo {
 }
 
 /// [`GroupInfo`] of `g` in `p`.
-pub fn describe(p: &Program, g: &Group) -> GroupInfo {
+pub fn describe(p: &Program, g: &Group, target: &Target) -> GroupInfo {
     let cons = p.stage(g.consumer).expect("a group's consumer is a stage");
     let prod = p.stage(g.producer).expect("a group's producer is a stage");
     let rank = cons.ty.rank();
@@ -172,7 +172,7 @@ pub fn describe(p: &Program, g: &Group) -> GroupInfo {
         .map(|r| r.bytes())
         .sum();
     let foot = footprint(p, cons, &tile, None);
-    let l2 = Target::for_build().cpu().map_or(1 << 20, |c| c.l2);
+    let l2 = target.host_cpu().l2;
     let traffic = prod_in + g.instances * others + cons.ty.bytes();
     GroupInfo {
         tile,

@@ -168,7 +168,11 @@ impl KernelPlan {
             KernelPlan::Gemm(g) => PlanChoice::Gemm {
                 vecs: g.vecs as u8,
                 rows: g.rows as u8,
-                prefetch: !g.prefetch.is_empty(),
+                prefetch: if g.prefetch.is_empty() {
+                    0
+                } else {
+                    g.prefetch_tiles as u8
+                },
             },
             KernelPlan::Plane(x) => PlanChoice::Plane {
                 parts: x.parts as u8,
@@ -328,8 +332,8 @@ pub enum PlanChoice {
         vecs: u8,
         /// Rows per tile (1..=8).
         rows: u8,
-        /// Prefetch the next tile of streaming row loads.
-        prefetch: bool,
+        /// Prefetch streaming row loads this many tiles ahead (0..=4; 0 is none).
+        prefetch: u8,
     },
     /// [`KernelPlan::Plane`].
     Plane {
@@ -507,8 +511,11 @@ pub struct GemmPlan {
     pub outer: Vec<usize>,
     /// Iterations of the outer loop.
     pub n_outer: usize,
-    /// The row loads whose next tile each task prefetches; empty when none is worth it.
+    /// The row loads whose tile `prefetch_tiles` ahead each task prefetches; empty when none
+    /// is worth it.
     pub prefetch: Vec<Expr>,
+    /// How many tiles ahead the prefetches reach (1: the next tile).
+    pub prefetch_tiles: usize,
 }
 
 /// One spatial axis of a depthwise window: input index `stride * i + dilation * r + offset`.
@@ -729,7 +736,7 @@ impl PlanChoice {
             } => vec![
                 ("vecs", vecs.into()),
                 ("rows", rows.into()),
-                ("prefetch", b(prefetch)),
+                ("prefetch", prefetch.into()),
             ],
             PlanChoice::Plane {
                 parts,
@@ -767,7 +774,7 @@ impl PlanChoice {
             PlanKind::Window => &[],
             PlanKind::Plain => &[("simd", 0, 1)],
             PlanKind::Row => &[("jam", 1, 8), ("acc", 64, 65536)],
-            PlanKind::RegisterBlocked => &[("vecs", 1, 4), ("rows", 1, 8), ("prefetch", 0, 1)],
+            PlanKind::RegisterBlocked => &[("vecs", 1, 4), ("rows", 1, 8), ("prefetch", 0, 4)],
             PlanKind::Plane => &[
                 ("parts", 1, 8),
                 ("band", 1, 65535),
@@ -800,7 +807,7 @@ impl PlanChoice {
             PlanKind::RegisterBlocked => PlanChoice::Gemm {
                 vecs: value("vecs") as u8,
                 rows: value("rows") as u8,
-                prefetch: flag("prefetch"),
+                prefetch: value("prefetch") as u8,
             },
             PlanKind::Plane => PlanChoice::Plane {
                 parts: value("parts") as u8,

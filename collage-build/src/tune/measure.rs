@@ -678,11 +678,11 @@ fn compile_unit(
     let mut specs = Vec::with_capacity(items.len());
     for (i, &(p, s)) in items.iter().enumerate() {
         let k = kernel_program(p, s);
-        let (places, weights, arena_size) = codegen::locate(&k);
+        let (locs, weights, arena_size) = codegen::locate(&k);
         let symbol = format!("k{i}_{s}");
-        units.push(codegen::c::emit(&k, &places, &symbol, &header));
+        units.push(codegen::c::emit(&k, &locs, &symbol, &header));
         let out = k.outputs[0];
-        let Location::Arena(offset) = places[out.index()] else {
+        let Location::Arena(offset) = locs[out.index()] else {
             unreachable!("a stage output lives in the arena")
         };
         let ob = &k.bufs[out.index()];
@@ -1162,8 +1162,8 @@ mod tests {
             .into_iter()
             .map(|s| {
                 let k = kernel_program(p, s);
-                let (places, _, _) = codegen::locate(&k);
-                codegen::c::emit(&k, &places, &format!("k{s}"), "h")
+                let (locs, _, _) = codegen::locate(&k);
+                codegen::c::emit(&k, &locs, &format!("k{s}"), "h")
             })
             .collect();
         let joined = join_units(&units).unwrap();

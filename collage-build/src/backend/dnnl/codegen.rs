@@ -389,14 +389,14 @@ pub fn emit_shared_entry(out: &mut String, symbol: &str, n: usize) {
 /// `symbol` computing stage `id` (the residual, if any, is where the sum post-op starts from).
 pub fn emit_call(
     out: &mut String,
-    places: &[Location],
+    locs: &[Location],
     symbol: &str,
     site: usize,
     id: BufId,
     call: &DnnlCall,
     fname: &str,
 ) {
-    let ptr = |b: BufId| buf_ptr(places, b);
+    let ptr = |b: BufId| buf_ptr(locs, b);
     let dst = ptr(id).replace("const float", "float");
     writeln!(
         out,
@@ -472,10 +472,10 @@ impl super::super::WindowCalls for Primitives<'_> {
         emit_table(out, self.symbol, &self.calls, &links);
     }
 
-    fn emit_call(&self, out: &mut String, places: &[Location], id: BufId, fname: &str) -> Option<Expr> {
+    fn emit_call(&self, out: &mut String, locs: &[Location], id: BufId, fname: &str) -> Option<Expr> {
         let site = self.sites.binary_search(&id).expect("a primitive site");
         let call = &self.calls[site];
-        emit_call(out, places, self.symbol, site, id, call, fname);
+        emit_call(out, locs, self.symbol, site, id, call, fname);
         call.epilogue.clone()
     }
 

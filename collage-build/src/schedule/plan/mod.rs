@@ -138,13 +138,13 @@ fn plan_kind(
                     vecs,
                     rows,
                     prefetch,
-                }) => (vecs as usize, rows as usize, prefetch),
+                }) => (vecs as usize, rows as usize, prefetch as usize),
                 _ => {
                     let (v, r) = gemm_defaults(shape[rank - 1], isa, cpu);
-                    (v, r, true)
+                    (v, r, 1)
                 }
             };
-            gemm_plan(p, st, lanes, vecs, rows, prefetch).map(KernelPlan::Gemm)
+            gemm_plan(p, st, cpu, lanes, vecs, rows, prefetch).map(KernelPlan::Gemm)
         }
         (PlanKind::Row, Some(_)) if row_reduce() && shape[rank - 1] <= MAX_ACC_ROW => {
             let (jam, acc) = match choice {
@@ -467,14 +467,6 @@ pub(crate) const MIN_SIMD_REDUCTION: usize = 16;
 /// Largest accumulator block (bytes) kept on the stack.
 pub(crate) const MAX_ACC_BYTES: usize = 64 * 1024;
 
-/// A row load streams when its tensor is at least this large (the L2 of one core on most
-/// targets): its next tile then comes from L3 or memory unless it is fetched ahead.
-pub(crate) const STREAM_BYTES: usize = 1 << 20;
-
-/// The most bytes of row loads one tile reads over its reduction for its next tile to be
-/// prefetched: half of a 32 KiB L1d, so that the tile being computed stays.
-pub(crate) const PREFETCH_TILE_BYTES: usize = 16 << 10;
-
 /// The row-reduction plan of `st` (see [`RowPlan`]).
 fn row_plan(p: &Program, st: &Stage, max_jam: usize, acc: u32) -> RowPlan {
     let shape = &st.ty.shape;
@@ -546,12 +538,14 @@ fn row_plan(p: &Program, st: &Stage, max_jam: usize, acc: u32) -> RowPlan {
     }
 }
 
-/// The row loads whose next tile (`tw` columns on) a task prefetches while it computes its
-/// own: those of unpacked tensors that stream ([`STREAM_BYTES`]), when the tile's rows of
-/// them over the whole reduction (`points` steps) fit [`PREFETCH_TILE_BYTES`]. A pointwise
-/// convolution over a 112x112 image reads 32 rows of 64 pixels per tile; the hardware's
-/// prefetchers follow few of those streams at once and restart at every page.
-fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
+/// The row loads whose tile ahead a task prefetches while it computes its own: those of
+/// unpacked tensors that stream (at least the target's L2 per core: their next tile then comes
+/// from L3 or memory unless it is fetched ahead), when the tile's rows of them over the whole
+/// reduction (`points` steps, `tw` columns) fit half of the L1d, so that the tile being
+/// computed stays. A pointwise convolution over a 112x112 image reads 32 rows of 64 pixels per
+/// tile; the hardware's prefetchers follow few of those streams at once and restart at every
+/// page.
+fn prefetched(p: &Program, cpu: &Cpu, points: usize, row_loads: &[Expr], tw: usize) -> Vec<Expr> {
     let mut streams: Vec<Expr> = Vec::new();
     for e in row_loads {
         let (Expr::Load(s, _) | Expr::LoadFlat(s, _)) = e else {
@@ -559,11 +553,11 @@ fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<
         };
         let Src::Buf(b) = s else { continue };
         let b = &p.bufs[b.index()];
-        if !b.packed && b.ty.bytes() >= STREAM_BYTES && !streams.contains(e) {
+        if !b.packed && b.ty.bytes() >= cpu.l2 && !streams.contains(e) {
             streams.push(e.clone());
         }
     }
-    if points * tw * 4 * streams.len() > PREFETCH_TILE_BYTES {
+    if points * tw * 4 * streams.len() > cpu.l1d / 2 {
         return Vec::new();
     }
     streams
@@ -573,10 +567,11 @@ fn prefetched(p: &Program, points: usize, row_loads: &[Expr], tw: usize) -> Vec<
 fn gemm_plan(
     p: &Program,
     st: &Stage,
+    cpu: &Cpu,
     lanes: usize,
     vecs: usize,
     rows: usize,
-    prefetch: bool,
+    prefetch: usize,
 ) -> Option<GemmPlan> {
     let r = st.reduce.as_ref()?;
     if r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
@@ -644,8 +639,11 @@ fn gemm_plan(
         })
         .product::<usize>()
         * n_tiles;
-    let prefetch = if prefetch {
-        prefetched(p, r.extents.iter().product(), &row_loads, vecs * lanes)
+    // Prefetches reach `prefetch` tiles ahead (past the row's end they fetch the rows after
+    // it; a prefetch never faults).
+    let prefetch_tiles = prefetch;
+    let prefetch = if prefetch_tiles > 0 {
+        prefetched(p, cpu, r.extents.iter().product(), &row_loads, vecs * lanes)
     } else {
         Vec::new()
     };
@@ -658,6 +656,11 @@ fn gemm_plan(
         rows,
         outer,
         n_outer,
+        prefetch_tiles: if prefetch.is_empty() {
+            0
+        } else {
+            prefetch_tiles
+        },
         prefetch,
     })
 }
