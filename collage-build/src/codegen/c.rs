@@ -17,39 +17,6 @@ mod plane;
 
 use super::writer::CWriter;
 
-/// Weight bytes above which a smaller stage is still split across threads: streaming weights is
-/// memory-bound, and two cores fetch them faster than one.
-const PARALLEL_WEIGHT_BYTES: usize = 256 << 10;
-
-/// Whether a stage is worth splitting across threads (a `parallel_for` costs a few microseconds).
-pub(super) fn worth_parallel(p: &Program, st: &Stage) -> bool {
-    st.work() >= PARALLEL_WORK
-        || (st.work() >= PARALLEL_WORK / 8 && const_bytes(p, st) >= PARALLEL_WEIGHT_BYTES)
-}
-
-/// Bytes of constants a stage reads.
-fn const_bytes(p: &Program, st: &Stage) -> usize {
-    let mut srcs = st.body.sources();
-    srcs.sort();
-    srcs.dedup();
-    srcs.iter()
-        .filter_map(|s| match s {
-            Src::Buf(b) if matches!(p.bufs[b.index()].kind, BufKind::Const(_)) => {
-                Some(p.bufs[b.index()].ty.bytes())
-            }
-            _ => None,
-        })
-        .sum()
-}
-
-/// Work (body evaluations) above which a stage's outer loop is handed to `parallel_for`: with
-/// the pool's workers spinning between stages a split costs about a microsecond, less than
-/// 16K evaluations take. (At 1M, SqueezeNet's pools and the small stages of MobileNets ran on the
-/// caller alone while the other thread spun: 2 threads, `--backends c`, min of 3-5 runs:
-/// SqueezeNet 6.8 -> 5.6 ms, MobileNetV2 6.9 -> 5.3, MobileNetV3 2.4 -> 1.5, ViT 8.1 -> 7.4;
-/// 4K was no faster.)
-const PARALLEL_WORK: usize = 1 << 14;
-
 /// The C every translation unit starts with: the runtime's ABI, scalar helpers, the narrow
 /// float conversions, the vector types (`codegen/c/prelude.h`).
 const PRELUDE: &str = include_str!("c/prelude.h");
@@ -510,7 +477,7 @@ fn emit_variant(
                 let fname = format!("k{id}{suffix}_lib");
                 out.line("");
                 out.line(format!("/* {} on {backend} */", stage_title(st)));
-                let parallel = worth_parallel(p, st);
+                let parallel = crate::schedule::worth_parallel(p, st);
                 super::library::emit_gemm(out, locs, id, &g, *backend, &fname, parallel);
                 calls.push(format!("{fname}(rt, &ctx);"));
                 tick(&mut calls, id);
@@ -670,7 +637,7 @@ fn emit_stage(
     let shape = &st.ty.shape;
     let rank = shape.len();
     let n_outer = plan.n_outer();
-    let parallel = n_outer > 1 && worth_parallel(p, st);
+    let parallel = plan.parallel();
     let em = Emitter {
         p,
         acc: st.ty.dtype,

@@ -10,4 +10,4 @@ pub mod plan;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Location};
 pub use group::{plan_groups, GroupInfo};
-pub use plan::{plan_program, plan_stage, tile_widths};
+pub use plan::{plan_program, plan_stage, tile_widths, worth_parallel};

@@ -154,6 +154,34 @@ impl KernelPlan {
         }
     }
 
+    /// Whether its tasks run on the thread pool ([`InjectivePlan::parallel`] and the like).
+    pub fn parallel(&self) -> bool {
+        match self {
+            KernelPlan::Injective(i) => i.parallel,
+            KernelPlan::Window(w) => w.parallel,
+            KernelPlan::Plain(x) => x.parallel,
+            KernelPlan::Row(r) => r.parallel,
+            KernelPlan::Gemm(g) => g.parallel,
+            KernelPlan::Plane(x) => x.parallel,
+            KernelPlan::Channel(c) => c.parallel,
+            KernelPlan::Scan(x) => x.parallel,
+        }
+    }
+
+    /// Sets whether its tasks run on the thread pool (the planner's thread split).
+    pub fn set_parallel(&mut self, on: bool) {
+        match self {
+            KernelPlan::Injective(i) => i.parallel = on,
+            KernelPlan::Window(w) => w.parallel = on,
+            KernelPlan::Plain(x) => x.parallel = on,
+            KernelPlan::Row(r) => r.parallel = on,
+            KernelPlan::Gemm(g) => g.parallel = on,
+            KernelPlan::Plane(x) => x.parallel = on,
+            KernelPlan::Channel(c) => c.parallel = on,
+            KernelPlan::Scan(x) => x.parallel = on,
+        }
+    }
+
     /// The kind and knobs the plan was realised from (legal for its stage: realising them
     /// again gives the same plan).
     pub fn choice(&self) -> PlanChoice {
@@ -371,6 +399,9 @@ pub struct InjectivePlan {
     pub outer: usize,
     /// Their iterations.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
     /// The last dimension iterated as two loops of `w` (it is read only as `i / w` and
     /// `i % w`: an im2col over a flattened image), so no division is left per element.
     pub split: Option<usize>,
@@ -389,6 +420,9 @@ pub struct WindowPlan {
     pub outer: usize,
     /// Their iterations.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
     /// The guard split for the last dimension.
     pub window: Window,
 }
@@ -405,6 +439,9 @@ pub struct ScanPlan {
     pub outer: usize,
     /// Their iterations.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
     /// Walk from the end.
     pub reverse: bool,
     /// An output excludes its own position.
@@ -421,6 +458,9 @@ pub struct PlainPlan {
     pub outer: usize,
     /// Their iterations.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
     /// The innermost reduction loop is vectorised (`#pragma omp simd`).
     pub simd: bool,
 }
@@ -485,6 +525,9 @@ pub struct RowPlan {
     pub outer: Vec<usize>,
     /// Iterations of the outer loop.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
     /// The guard turned into loop bounds, if the body has one.
     pub guard: Option<Guard>,
 }
@@ -511,6 +554,9 @@ pub struct GemmPlan {
     pub outer: Vec<usize>,
     /// Iterations of the outer loop.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
     /// The row loads whose tile `prefetch_tiles` ahead each task prefetches; empty when none
     /// is worth it.
     pub prefetch: Vec<Expr>,
@@ -586,6 +632,9 @@ pub struct PlanePlan {
     /// Outer tasks: parts of output planes (`parts * shape[0] * shape[1]`), part-major; or
     /// blocks of channels (`shape[0] * shape[1] / chan_block`).
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
 }
 
 /// The plan of a channel-vectorised contraction (`codegen/c/channel.rs`).
@@ -611,6 +660,9 @@ pub struct ChannelPlan {
     pub n_groups: usize,
     /// Tasks: every other dimension, the channel tiles, the column groups.
     pub n_outer: usize,
+    /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
+    /// them all (work too small to pay for the fork).
+    pub parallel: bool,
 }
 
 fn dims(o: &[usize]) -> String {
@@ -697,7 +749,12 @@ impl fmt::Display for KernelPlan {
                 if x.exclusive { " exclusive" } else { "" },
                 x.outer
             ),
+        }?;
+        // The thread split: several tasks run by the calling thread alone.
+        if self.n_outer() > 1 && !self.parallel() {
+            write!(f, " serial")?;
         }
+        Ok(())
     }
 }
 

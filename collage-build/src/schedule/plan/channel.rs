@@ -99,6 +99,7 @@ pub(crate) fn channel_plan(
         n_tiles,
         n_groups,
         n_outer: others * n_tiles * n_groups,
+        parallel: false,
     })
 }
 

@@ -24,7 +24,7 @@ use crate::schedule::analysis::{
 use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
 use crate::te::{
-    BinOp, BufId, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
+    BinOp, BufId, BufKind, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
     PlanChoice, PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, WindowPlan,
 };
 pub(crate) use plane::MAX_LANES;
@@ -55,13 +55,19 @@ pub fn plan_stage(
     cpu: &Cpu,
     choice: Option<PlanChoice>,
 ) -> KernelPlan {
-    if let Some(plan) = choice.and_then(|c| plan_kind(p, st, isa, cpu, c.kind(), Some(c))) {
-        return plan;
-    }
-    ORDER
-        .iter()
-        .find_map(|&k| plan_kind(p, st, isa, cpu, k, None))
-        .expect("every stage has a loop nest: plain or elementwise")
+    let mut plan = choice
+        .and_then(|c| plan_kind(p, st, isa, cpu, c.kind(), Some(c)))
+        .or_else(|| {
+            ORDER
+                .iter()
+                .find_map(|&k| plan_kind(p, st, isa, cpu, k, None))
+        })
+        .expect("every stage has a loop nest: plain or elementwise");
+    // The thread split: the tasks go to the pool where there are several and the work pays
+    // for the fork.
+    let parallel = plan.n_outer() > 1 && worth_parallel(p, st);
+    plan.set_parallel(parallel);
+    plan
 }
 
 /// The kinds that fit stage `st` (for `isa` on `cpu`), in [`ORDER`]: what a tuner or a seed
@@ -162,6 +168,7 @@ fn plan_kind(
             Some(KernelPlan::Window(WindowPlan {
                 outer,
                 n_outer: shape[..outer].iter().product(),
+                parallel: false,
                 window,
             }))
         }
@@ -179,6 +186,7 @@ fn plan_kind(
             Some(KernelPlan::Plain(PlainPlan {
                 outer,
                 n_outer: shape[..outer].iter().product(),
+                parallel: false,
                 simd,
             }))
         }
@@ -239,6 +247,7 @@ fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
     InjectivePlan {
         outer,
         n_outer,
+        parallel: false,
         split,
         guard,
         copy,
@@ -319,6 +328,36 @@ pub fn tile_widths(p: &Program, b: BufId) -> Option<Vec<usize>> {
     }
     plans.iter().map(KernelPlan::tile_width).collect()
 }
+
+/// Weight bytes above which a smaller stage is still split across threads: streaming weights is
+/// memory-bound, and two cores fetch them faster than one.
+const PARALLEL_WEIGHT_BYTES: usize = 256 << 10;
+
+/// Whether a stage is worth splitting across threads (a `parallel_for` costs a few microseconds).
+pub fn worth_parallel(p: &Program, st: &Stage) -> bool {
+    st.work() >= PARALLEL_WORK
+        || (st.work() >= PARALLEL_WORK / 8 && const_bytes(p, st) >= PARALLEL_WEIGHT_BYTES)
+}
+
+/// Bytes of constants a stage reads.
+fn const_bytes(p: &Program, st: &Stage) -> usize {
+    let mut srcs = st.body.sources();
+    srcs.sort();
+    srcs.dedup();
+    srcs.iter()
+        .filter_map(|s| match s {
+            Src::Buf(b) if matches!(p.bufs[b.index()].kind, BufKind::Const(_)) => {
+                Some(p.bufs[b.index()].ty.bytes())
+            }
+            _ => None,
+        })
+        .sum()
+}
+
+/// Work (body evaluations) above which a stage's tasks are handed to `parallel_for`: with the
+/// pool's workers spinning between stages a split costs about a microsecond, less than 16K
+/// evaluations take (docs/PERFORMANCE.md has the measurements).
+const PARALLEL_WORK: usize = 1 << 14;
 
 /// Largest row of accumulators kept on the stack by the row-reduction schedule.
 pub(crate) const MAX_ACC_ROW: usize = 4096;
@@ -455,6 +494,7 @@ fn scan_plan(st: &Stage) -> Option<ScanPlan> {
         axis,
         outer: axis,
         n_outer: shape[..axis].iter().product(),
+        parallel: false,
         reverse,
         exclusive,
         value,
@@ -534,6 +574,7 @@ fn row_plan(p: &Program, st: &Stage, max_jam: usize, acc: u32) -> RowPlan {
         tile,
         outer,
         n_outer,
+        parallel: false,
         guard,
     }
 }
@@ -656,6 +697,7 @@ fn gemm_plan(
         rows,
         outer,
         n_outer,
+        parallel: false,
         prefetch_tiles: if prefetch.is_empty() {
             0
         } else {

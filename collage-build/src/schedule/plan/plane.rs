@@ -201,6 +201,7 @@ pub(crate) fn plane_plan(p: &Program, st: &Stage, knobs: Option<PlaneKnobs>) -> 
             && !chan
             && h.input * w.input * 4 >= PREFETCH_PLANE_BYTES,
         n_outer,
+        parallel: false,
     })
 }
 
