@@ -109,7 +109,7 @@ pub fn kernel_estimate_us(p: &Program, id: BufId) -> f64 {
 /// model used when the cache has no measurement. Calibrated on the measured kernels of the six
 /// benchmark models (`collage tune`, every backend; AMD EPYC Zen 4, AVX-512, one thread): the
 /// work-weighted rates were register-blocked 42k (46k on the large products of bert_layer and
-/// the Fire modules, which decide between generated code and a library), row 2.1k, plain 1.6k
+/// the Fire modules, which decide between generated code and a library), row 2.1k, plain 1.6k (since recalibrated: below)
 /// and elementwise 1.3k evaluations per microsecond (work-weighted: mostly im2col gathers), and
 /// libraries 43k-46k multiply-adds; depthwise planes 13k (8k-18k on MobileNetV2's 3x3 layers,
 /// strided ones the slowest); channel-vectorised contractions 52k (ResNet-18's and
@@ -119,8 +119,10 @@ fn rate(s: PlanKind) -> f64 {
         PlanKind::RegisterBlocked => 46_000.0,
         PlanKind::Channel => 52_000.0,
         PlanKind::Row => 2_000.0,
-        // Padded windows were calibrated with the plain reductions (one rate for both).
-        PlanKind::Plain | PlanKind::Window => 1_500.0,
+        // Recalibrated on the generated pools (Intel Xeon, Sapphire Rapids class, AVX-512, one
+        // thread): ResNet-18's padded 3x3 window 3.4k, SqueezeNet's three 3x3 pools 3.4k-3.5k
+        // and its global average pool 2.8k evaluations per microsecond (one rate for both).
+        PlanKind::Plain | PlanKind::Window => 3_300.0,
         PlanKind::Plane => 13_000.0,
         PlanKind::Elementwise => 1_300.0,
         // Not calibrated: a running sum, one dependent step per element, rated as elementwise

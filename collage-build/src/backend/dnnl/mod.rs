@@ -141,8 +141,10 @@ const CONV_RATE: f64 = 55_000.0;
 /// 3x3 layers (AMD EPYC Zen 4, AVX-512, one thread), memory-bound, far below `CONV_RATE`.
 const DEPTHWISE_RATE: f64 = 4_000.0;
 
-/// oneDNN's pooling, window points per microsecond, besides the layout conversions.
-const POOL_RATE: f64 = 24_000.0;
+/// oneDNN's pooling, window points per microsecond, besides the layout conversions: 4.2k-7.2k
+/// measured on the max pools of ResNet-18 and SqueezeNet (Intel Xeon, Sapphire Rapids class,
+/// AVX-512, one thread; the conversions as [`REORDER_RATE`] prices them).
+const POOL_RATE: f64 = 5_000.0;
 
 /// A oneDNN primitive converts its input to a blocked layout and its output back on every call
 /// (measured alone, as the cache does): elements (input plus output) per microsecond, fitted on
