@@ -196,11 +196,7 @@ impl KernelPlan {
             KernelPlan::Gemm(g) => PlanChoice::Gemm {
                 vecs: g.vecs as u8,
                 rows: g.rows as u8,
-                prefetch: if g.prefetch.is_empty() {
-                    0
-                } else {
-                    g.prefetch_tiles as u8
-                },
+                prefetch: g.prefetch_tiles as u8,
             },
             KernelPlan::Plane(x) => PlanChoice::Plane {
                 parts: x.parts as u8,
@@ -560,7 +556,7 @@ pub struct GemmPlan {
     /// The row loads whose tile `prefetch_tiles` ahead each task prefetches; empty when none
     /// is worth it.
     pub prefetch: Vec<Expr>,
-    /// How many tiles ahead the prefetches reach (1: the next tile).
+    /// How many tiles ahead the prefetches reach (1: the next tile; 0 when none).
     pub prefetch_tiles: usize,
 }
 

@@ -682,8 +682,7 @@ fn gemm_plan(
         * n_tiles;
     // Prefetches reach `prefetch` tiles ahead (past the row's end they fetch the rows after
     // it; a prefetch never faults).
-    let prefetch_tiles = prefetch;
-    let prefetch = if prefetch_tiles > 0 {
+    let streams = if prefetch > 0 {
         prefetched(p, cpu, r.extents.iter().product(), &row_loads, vecs * lanes)
     } else {
         Vec::new()
@@ -698,11 +697,8 @@ fn gemm_plan(
         outer,
         n_outer,
         parallel: false,
-        prefetch_tiles: if prefetch.is_empty() {
-            0
-        } else {
-            prefetch_tiles
-        },
-        prefetch,
+        // No streams, no distance: the plan's text says `prefetch=0`.
+        prefetch_tiles: if streams.is_empty() { 0 } else { prefetch },
+        prefetch: streams,
     })
 }
