@@ -128,7 +128,7 @@ fn plans_are_the_printed_ones(c: &codegen::Compiled) {
         for isa in Isa::ALL {
             let Some(plan) = p.plan(b, isa) else { continue };
             let text = plan.to_string();
-            let names = ["", "_fill", "_inst"].map(|s| format!("k{b}{}{s}", isa.suffix()));
+            let names = ["", "_fill", "_inst", "_row"].map(|s| format!("k{b}{}{s}", isa.suffix()));
             let shown = names.iter().find_map(|n| printed.get(n));
             assert_eq!(shown, Some(&text), "{}: stage b{b} ({isa})", c.name);
             let choice: PlanChoice = text.parse().unwrap();
@@ -270,6 +270,21 @@ fn plan_lines(p: &collage_build::te::Program) -> String {
             out,
             "group g{}: b{} -> b{}, {} instances of {} columns in {} slots",
             g.consumer, g.producer, g.consumer, g.instances, g.cols, g.slots
+        )
+        .unwrap();
+    }
+    for g in &p.row_groups {
+        let list = |bs: &[BufId]| bs.iter().map(|b| format!("b{b}")).collect::<Vec<_>>();
+        writeln!(
+            out,
+            "row group r{}: {}; {} instances of {} positions of {} leading dimensions in {} slots; scratch {}",
+            g.last(),
+            list(&g.stages).join(" -> "),
+            g.instances,
+            g.block,
+            g.dims,
+            g.slots,
+            list(&g.scratch).join(" ")
         )
         .unwrap();
     }

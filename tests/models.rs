@@ -124,3 +124,11 @@ fn dbnet_matches_onnx_runtime() {
 fn convtower_matches_onnx_runtime() {
     check("convtower");
 }
+
+// A transformer encoder over 512 tokens (`tests/support/cnn_models.py`): its attentions and
+// LayerNorms run as row groups (scores, softmax passes and the product with V per block of
+// query rows, the scores only in per-thread scratch).
+#[test]
+fn encoder512_matches_onnx_runtime() {
+    check("encoder512");
+}

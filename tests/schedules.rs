@@ -497,6 +497,7 @@ fn random_schedules_on_random_shapes() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(4);
     let mut groups = 0;
+    let mut row_groups = 0;
     for seed in 1..=seeds {
         let opts = Options {
             backends: "c".into(),
@@ -692,12 +693,210 @@ fn random_schedules_on_random_shapes() {
             );
             node(g, "ReduceMean", ints(&[("axes", vec![0])]), vec![y])
         });
+        // Attention over heads: scores, softmax and the product with V, a row group over
+        // (head, query) under drawn plans and drawn blocks.
+        let (h, sq, e) = (d.int(1, 4), d.int(2, 40), d.int(1, 20));
+        check_isa(
+            &format!("r{seed}_attention"),
+            &[h, sq, e],
+            &opts,
+            o,
+            isa,
+            |g, x| attention(g, x, e),
+        );
+        let c = collage_build::driver::compile(attention_graph(h, sq, e), "t", &opts).unwrap();
+        row_groups += c.program.row_groups.len();
     }
     // Some seed keeps the GEMM register-blocked, so a group runs under drawn plans too.
     assert!(
         groups > 0 || seeds < 4,
         "no seed of 1..={seeds} formed a group"
     );
+    assert!(
+        row_groups > 0 || seeds < 4,
+        "no seed of 1..={seeds} formed a row group"
+    );
+}
+
+/// Self-attention of `x` (`[heads, seq, e]`): `softmax(q k^T / sqrt(e)) v` with `q`, `k`, `v`
+/// products of `x` with constant `[e, e]` weights.
+fn attention(g: &mut Graph, x: ValueId, e: usize) -> ValueId {
+    let wq = g.add_const("wq", rand(&[e, e], 31));
+    let wk = g.add_const("wk", rand(&[e, e], 32));
+    let wv = g.add_const("wv", rand(&[e, e], 33));
+    let q = node(g, "MatMul", Attrs::default(), vec![x, wq]);
+    let k = node(g, "MatMul", Attrs::default(), vec![x, wk]);
+    let v = node(g, "MatMul", Attrs::default(), vec![x, wv]);
+    let kt = node(g, "Transpose", ints(&[("perm", vec![0, 2, 1])]), vec![k]);
+    let s = node(g, "MatMul", Attrs::default(), vec![q, kt]);
+    let scale = g.add_const("scale", Tensor::from_f32(&[], &[(e as f32).sqrt()]));
+    let s = node(g, "Div", Attrs::default(), vec![s, scale]);
+    let p = node(g, "Softmax", Attrs::default(), vec![s]);
+    node(g, "MatMul", Attrs::default(), vec![p, v])
+}
+
+/// [`attention`] as a graph with a run-time input of `[heads, seq, e]`.
+fn attention_graph(h: usize, sq: usize, e: usize) -> Graph {
+    let mut g = Graph::new("attention");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [h, sq, e])));
+    g.inputs.push(x);
+    let y = attention(&mut g, x, e);
+    g.outputs.push(y);
+    g
+}
+
+/// Runs `c` (whose C source may have been changed) on `x` with 2 threads and compares with
+/// `want`: whether it matches, and the largest error.
+fn runs_to(
+    c: &collage_build::codegen::Compiled,
+    tag: &str,
+    x: &Tensor,
+    want: &Tensor,
+) -> (bool, f64) {
+    let work = std::env::temp_dir().join(format!("collage-rowgroup-{tag}-{}", std::process::id()));
+    let mut m = collage_build::native::NativeModel::build_defines(c, &work, "-O1", &[]).unwrap();
+    let got = m
+        .run(std::slice::from_ref(x), &Executor::with_threads(2))
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+    let (ok, err) = tensor::compare(&got[0], want);
+    (ok, err)
+}
+
+/// An attention over 4 heads of 128 queries and a LayerNorm run as row groups: the scores, the
+/// softmax's passes and the product with V as one loop of instances over blocks of query rows,
+/// the scores only in per-thread scratch; the LayerNorm's mean, variance and normalisation as
+/// one. Both match the interpreter, and the tests see a broken group: an instance that leaves
+/// the last position of its block out, and a member run out of order, give wrong outputs.
+#[test]
+fn row_groups_of_attention_and_layernorm() {
+    let (h, sq, e) = (4, 128, 24);
+    let x = rand(&[h, sq, e], 7);
+    let mut folded = Graph::new("attention");
+    let xv = folded.add_const("x", x.clone());
+    let y = attention(&mut folded, xv, e);
+    folded.outputs.push(y);
+    passes::run(&mut folded, passes::PIPELINE).unwrap();
+    let want = folded
+        .konst(folded.outputs[0])
+        .expect("folded")
+        .as_ref()
+        .clone();
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let c = collage_build::driver::compile(attention_graph(h, sq, e), "t", &opts).unwrap();
+    let p = &c.program;
+    assert_eq!(p.row_groups.len(), 1, "{:?}", p.row_groups);
+    let g = &p.row_groups[0];
+    // The scores, the softmax's max, exponentials, sum and quotient, then the product with V;
+    // all but the last in scratch.
+    let names: Vec<&str> = g
+        .stages
+        .iter()
+        .map(|&b| p.stage(b).unwrap().name.as_str())
+        .collect();
+    assert!(names.len() >= 6, "{names:?}");
+    assert!(names.last().unwrap().starts_with("MatMul"), "{names:?}");
+    assert!(
+        names.iter().filter(|n| n.starts_with("Softmax")).count() >= 3,
+        "{names:?}"
+    );
+    assert_eq!(g.scratch.len(), g.stages.len() - 1);
+    assert_eq!((g.dims, g.rows, g.row), (2, h * sq, sq));
+    assert!(g.instances >= 16, "{g:?}");
+    let scores = g.scratch[..]
+        .iter()
+        .find(|&&b| p.bufs[b.index()].ty.shape == [h, sq, sq])
+        .expect("the scores are scratch");
+    assert!(
+        p.arena_bytes(*scores) < h * sq * sq * 4,
+        "scores in a full-size buffer: {g:?}"
+    );
+    let (ok, err) = runs_to(&c, "ok", &x, &want);
+    assert!(ok, "the grouped build: max error {err}");
+    // Mutations of the generated C.
+    let first = g.stages[0];
+    let mutations: Vec<(&str, String)> = vec![
+        // Every instance leaves its last position out.
+        (
+            "short",
+            c.c_source
+                .replace(
+                    "const int64_t p0 = r0 + c0, p1 = r0 + c1;",
+                    "const int64_t p0 = r0 + c0, p1 = r0 + c1 - 1;",
+                )
+                .replace(
+                    &format!("? p0 + {b} : {r};", b = g.block, r = g.rows),
+                    &format!("? p0 + {b} - 1 : {r} - 1;", b = g.block, r = g.rows),
+                ),
+        ),
+        // The first member (the scores) runs last.
+        (
+            "order",
+            mutate_order(&c.c_source, &format!("k{first}"), &format!("k{}", g.last())),
+        ),
+    ];
+    for (tag, src) in mutations {
+        assert_ne!(src, c.c_source, "mutation {tag} changed nothing");
+        let mut m = c.clone();
+        m.c_source = src;
+        let (ok, err) = runs_to(&m, tag, &x, &want);
+        assert!(
+            !ok,
+            "mutation {tag} of the row group passed (max error {err})"
+        );
+    }
+
+    // LayerNormalization: mean, variance and normalisation, the first two in scratch.
+    let mut g = Graph::new("ln");
+    let xv = g.add_value("x", Some(TensorType::new(DType::F32, [96, 80])));
+    g.inputs.push(xv);
+    let scale = g.add_const("scale", rand(&[80], 14));
+    let bias = g.add_const("bias", rand(&[80], 15));
+    let y = node(
+        &mut g,
+        "LayerNormalization",
+        Attrs::default(),
+        vec![xv, scale, bias],
+    );
+    g.outputs.push(y);
+    let c = collage_build::driver::compile(g, "t", &opts).unwrap();
+    let p = &c.program;
+    assert_eq!(p.row_groups.len(), 1, "{:?}", p.row_groups);
+    assert_eq!(p.row_groups[0].stages.len(), 3);
+    assert_eq!(p.row_groups[0].scratch.len(), 2);
+    check("ln_grouped", &[96, 80], |g, x| {
+        let scale = g.add_const("scale", rand(&[80], 14));
+        let bias = g.add_const("bias", rand(&[80], 15));
+        node(
+            g,
+            "LayerNormalization",
+            Attrs::default(),
+            vec![x, scale, bias],
+        )
+    });
+}
+
+/// `src` with the calls of `a`'s row kernel moved after those of `b`'s in every row group task
+/// (`k<a>_<variant>_row(...)` lines).
+fn mutate_order(src: &str, a: &str, b: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut held: Vec<String> = Vec::new();
+    for line in src.lines() {
+        let t = line.trim_start();
+        let call = |k: &str| t.contains(&format!("{k}_")) && t.contains("_row(ctx, s, p0");
+        if call(a) {
+            held.push(line.to_string());
+            continue;
+        }
+        out.push(line.to_string());
+        if call(b) {
+            out.append(&mut held);
+        }
+    }
+    out.join("\n")
 }
 
 /// Pointwise output channels for a depthwise input of `c` channels.

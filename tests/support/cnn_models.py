@@ -8,7 +8,8 @@ weights (He-initialised, fixed seeds), beside the benchmark models of ../shared/
 writes DIR/NAME.onnx and DIR/NAME.input.f32 for NAME in squeezenet, mobilenetv3, mobilenetv2,
 vit (a ViT-style encoder of our own: 16x16 patches, class token, pre-LN blocks) and dbnet (a
 DBNet-style text detector of our own: FPN with Resize, ConvTranspose head; 320x480) and
-convtower (a CNN of our own whose 3x3 convolutions grow by 16 channels a layer) (the same
+convtower (a CNN of our own whose 3x3 convolutions grow by 16 channels a layer) and encoder512 (a
+transformer encoder of our own over 512 tokens, attention-bound) (the same
 layout as the shared benchmark models, so ort_reference.py, ort_bench.py, tests/models.rs and
 bench_compare.py read them the same way).
 """
@@ -177,6 +178,24 @@ def build_vit():
     return b.finish("input", [1, 3, 224, 224], "output", [1, 1000])
 
 
+def build_encoder512():
+    """A transformer encoder of our own whose time goes to attention: 512 tokens, hidden 256, 8
+    heads of 32, pre-LN blocks with a GELU MLP of 1024, two blocks. Its attention scores are
+    8 x 512 x 512 (8 MiB) per block."""
+    b = Builder("encoder512", seed=31)
+    seq, d, heads, mlp, depth = ENCODER_INPUT[1], ENCODER_INPUT[2], 8, 1024, 2
+    x = "input"
+    for _ in range(depth):
+        a = b.mha(b.layernorm(x, d, 1e-5), seq, d, heads)
+        x = b.op("Add", [x, a])
+        h = b.gelu_erf(b.linear(b.layernorm(x, d, 1e-5), d, mlp))
+        x = b.op("Add", [x, b.linear(h, mlp, d)])
+    x = b.layernorm(x, d, 1e-5)
+    b.nodes[-1].output[0] = "output"
+    return b.finish("input", ENCODER_INPUT, "output", ENCODER_INPUT)
+
+
+ENCODER_INPUT = [1, 512, 256]
 DBNET_INPUT = [1, 3, 320, 480]
 
 
@@ -245,7 +264,8 @@ def build_convtower():
 os.makedirs(OUT, exist_ok=True)
 for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobilenetv3),
                     ("mobilenetv2", build_mobilenetv2), ("vit", build_vit),
-                    ("dbnet", build_dbnet), ("convtower", build_convtower)]:
+                    ("dbnet", build_dbnet), ("convtower", build_convtower),
+                    ("encoder512", build_encoder512)]:
     model = build()
     model.opset_import[0].version = OPSET
     model.ir_version = 9
@@ -253,6 +273,6 @@ for name, build in [("squeezenet", build_squeezenet), ("mobilenetv3", build_mobi
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, os.path.join(OUT, f"{name}.onnx"))
     rng = np.random.default_rng(100)
-    shape = DBNET_INPUT if name == "dbnet" else [1, 3, 224, 224]
+    shape = {"dbnet": DBNET_INPUT, "encoder512": ENCODER_INPUT}.get(name, [1, 3, 224, 224])
     rng.standard_normal(shape).astype("<f4").tofile(os.path.join(OUT, f"{name}.input.f32"))
     print(f"{name}: {len(model.graph.node)} nodes written")

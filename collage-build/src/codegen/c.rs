@@ -9,7 +9,8 @@ use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Location;
 use crate::te::{
     BinOp, Bound, BufId, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall,
-    PlainPlan, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window, PANEL,
+    PlainPlan, Program, RedOp, RowGroup, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window,
+    PANEL,
 };
 
 mod channel;
@@ -438,8 +439,9 @@ fn emit_variant(
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
-        // A group's producer runs inside its consumer's task.
-        if end > 0 && !p.groups.iter().any(|g| g.producer == id) {
+        // A group's producer runs inside its consumer's task; a row group's members in the
+        // task of the last.
+        if end > 0 && !p.groups.iter().any(|g| g.producer == id) && p.row_group_of(id).is_none() {
             calls.push(live_line(end, &live_ranges(p, locs, id)));
         }
         // A library call computes the stage; what remains of its finalize (the fused
@@ -499,7 +501,7 @@ fn emit_variant(
                 fill: g.producer == id,
             };
             let plan = stage_plan(p, id, st, isa);
-            let (fname, n_outer, _) = emit_stage(out, p, locs, id, st, plan, isa, Some(&m));
+            let (fname, n_outer, _) = emit_stage(out, p, locs, id, st, plan, isa, Part::Panel(&m));
             if !m.fill {
                 let task = emit_group_task(out, p, g, &fname, n_outer, isa);
                 calls.push(format!(
@@ -519,8 +521,45 @@ fn emit_variant(
                 &epilogue
             }
         };
+        if let Some(g) = p.row_group_of(id) {
+            let r = RowMember {
+                scratch: g
+                    .scratch
+                    .iter()
+                    .map(|&b| {
+                        let Location::Arena(at) = locs[b.index()] else {
+                            panic!("row group scratch {b} is not in the arena")
+                        };
+                        let buf = &p.bufs[b.index()];
+                        let per = buf.ty.numel() / g.rows * buf.ty.dtype.size();
+                        (b, at, g.slot_bytes(buf), per)
+                    })
+                    .collect(),
+            };
+            let plan = stage_plan(p, id, st, isa);
+            emit_stage(out, p, locs, id, st, plan, isa, Part::Row(&r));
+            if id == g.last() {
+                if end > 0 {
+                    let mut ranges: Vec<(usize, usize)> = g
+                        .stages
+                        .iter()
+                        .flat_map(|&m| live_ranges(p, locs, m))
+                        .collect();
+                    ranges.sort_unstable();
+                    ranges.dedup();
+                    calls.push(live_line(end, &ranges));
+                }
+                let task = emit_row_task(out, p, g, isa);
+                calls.push(format!(
+                    "rt->parallel_for(rt->pool, {}, {task}, &ctx);",
+                    g.slots
+                ));
+                tick(&mut calls, id);
+            }
+            continue;
+        }
         let plan = stage_plan(p, id, st, isa);
-        let (fname, n_outer, parallel) = emit_stage(out, p, locs, id, st, plan, isa, None);
+        let (fname, n_outer, parallel) = emit_stage(out, p, locs, id, st, plan, isa, Part::Alone);
         if n_outer == 0 {
             continue;
         }
@@ -557,6 +596,90 @@ struct Member<'g> {
     fill: bool,
 }
 
+/// How a stage is printed: alone, as a part of a panel [`Group`], or as a member of a
+/// [`RowGroup`].
+#[derive(Clone, Copy)]
+enum Part<'a> {
+    Alone,
+    Panel(&'a Member<'a>),
+    Row(&'a RowMember),
+}
+
+/// Where a row group's scratch lives: per scratch buffer, its arena offset, bytes per slot and
+/// bytes per position of the group's leading dimensions.
+struct RowMember {
+    scratch: Vec<(BufId, usize, usize, usize)>,
+}
+
+/// The loop of a row group's instances (`r{last}`), over a range of scratch slots: each slot
+/// takes instances `slot, slot + slots, ..`; an instance runs every member, in order, over the
+/// outer iterations of its positions `[p0, p1)` (`k{member}_row`, [`RowTrips`]). Returns the
+/// task's name.
+fn emit_row_task(out: &mut CWriter, p: &Program, g: &RowGroup, isa: Isa) -> String {
+    let variant = isa.suffix();
+    let fname = format!("r{}{variant}", g.last());
+    let names: Vec<String> = g
+        .stages
+        .iter()
+        .map(|&b| stage_title(p.stage(b).expect("a member is a stage")))
+        .collect();
+    let (k, s, blk, rows) = (g.instances, g.slots, g.block, g.rows);
+    out.line("");
+    out.line(format!(
+        "/* row group: {}; {k} instances of {blk} positions of {} leading dimensions in {s} slots */",
+        names.join(" -> "),
+        g.dims
+    ));
+    slot_task(out, &fname, k, s, |out| {
+        match g.chunks() {
+            // A chunk of a row: row `q / chunks`, chunk `q % chunks` of it.
+            Some(c) => {
+                let n = g.row;
+                out.line(format!(
+                    "const int64_t r0 = q / {c} * {n}, c0 = q % {c} * {blk}, c1 = c0 + {blk} < {n} ? c0 + {blk} : {n};"
+                ));
+                out.line("const int64_t p0 = r0 + c0, p1 = r0 + c1;");
+            }
+            None => out.line(format!(
+                "const int64_t p0 = q * {blk}, p1 = p0 + {blk} < {rows} ? p0 + {blk} : {rows};"
+            )),
+        }
+        for &b in &g.stages {
+            let st = p.stage(b).expect("a member is a stage");
+            let t = p
+                .plan(b, isa)
+                .and_then(|pl| pl.row_trips(&st.ty.shape, g.dims))
+                .expect("a member's plan splits along the group's dimensions");
+            let (lo, hi) = (t.trip_c("p0"), t.trip_c("p1"));
+            if t.repeats == 1 {
+                out.line(format!("k{b}{variant}_row(ctx, s, p0, {lo}, {hi});"));
+            } else {
+                out.line(format!(
+                    "for (int64_t t = 0; t < {}; ++t) k{b}{variant}_row(ctx, s, p0, {lo} + t * {}, {hi} + t * {});",
+                    t.repeats, t.stride, t.stride
+                ));
+            }
+        }
+    });
+    fname
+}
+
+/// The task `fname` of a group's instances over a range of its `s` scratch slots: each slot
+/// takes instances `q = slot, slot + s, ..` below `k`; `body` prints one instance (`q`, `s`).
+fn slot_task(out: &mut CWriter, fname: &str, k: usize, s: usize, body: impl FnOnce(&mut CWriter)) {
+    out.open(format!(
+        "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
+    ));
+    out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
+    out.line("for (int64_t s = begin; s < end; ++s)");
+    out.indented(|out| {
+        out.open(format!("for (int64_t q = s; q < {k}; q += {s}) {{"));
+        body(out);
+        out.close("}");
+    });
+    out.close("}");
+}
+
 /// The loop of a group's instances (`g{consumer}`), over a range of scratch slots: each slot
 /// takes instances `slot, slot + slots, ..`; an instance fills its slot with the producer's
 /// columns `[c0, c1)` (`k{producer}_fill`), then runs the consumer's outer iterations of those
@@ -587,20 +710,14 @@ fn emit_group_task(
         stage_title(p.stage(a).expect("a group's producer is a stage")),
         stage_title(st),
     ));
-    out.open(format!(
-        "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
-    ));
-    out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
-    out.line("for (int64_t s = begin; s < end; ++s)");
-    out.indented(|out| {
-        out.open(format!("for (int64_t q = s; q < {k}; q += {s}) {{"));
-        out.line(format!("const int64_t c0 = q * {cols}, c1 = c0 + {cols} < {n} ? c0 + {cols} : {n};"));
+    slot_task(out, &fname, k, s, |out| {
+        out.line(format!(
+            "const int64_t c0 = q * {cols}, c1 = c0 + {cols} < {n} ? c0 + {cols} : {n};"
+        ));
         out.line(format!("const int64_t o0 = q * {per_inst}, o1 = o0 + {per_inst} < {n_outer} ? o0 + {per_inst} : {n_outer};"));
         out.line(format!("k{a}{variant}_fill(ctx, s, c0, c1);"));
         out.line(format!("{inst}(ctx, s, o0, o1, c0 / {PANEL});"));
-        out.close("}");
     });
-    out.close("}");
     fname
 }
 
@@ -625,13 +742,19 @@ fn emit_stage(
     st: &Stage,
     plan: &KernelPlan,
     isa: Isa,
-    member: Option<&Member>,
+    part: Part,
 ) -> (String, usize, bool) {
     let variant = isa.suffix();
     let lanes = isa.lanes();
+    let (member, row) = match part {
+        Part::Alone => (None, None),
+        Part::Panel(m) => (Some(m), None),
+        Part::Row(r) => (None, Some(r)),
+    };
     let fname = match member {
         Some(m) if m.fill => format!("k{id}{variant}_fill"),
         Some(_) => format!("k{id}{variant}_inst"),
+        None if row.is_some() => format!("k{id}{variant}_row"),
         None => format!("k{id}{variant}"),
     };
     let shape = &st.ty.shape;
@@ -656,6 +779,9 @@ fn emit_stage(
         Some(_) => out.open(format!(
             "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t begin, int64_t end, int64_t pb) {{"
         )),
+        None if row.is_some() => out.open(format!(
+            "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t p0, int64_t begin, int64_t end) {{"
+        )),
         None => {
             out.open(format!(
                 "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
@@ -677,6 +803,14 @@ fn emit_stage(
             return format!(
                 "{q}{ty} *restrict b{b} = ({q}{ty} *)(ctx->A + {} + slot * {});",
                 m.slots_at, m.slot_bytes
+            );
+        }
+        // A row group's scratch: the slot holds the instance's positions from `p0` on, so the
+        // buffer's pointer is the slot's less `p0` positions (as an address, not a pointer
+        // past the arena) and the kernel indexes it as the whole buffer.
+        if let Some(&(_, at, slot, per)) = row.and_then(|r| r.scratch.iter().find(|s| s.0 == b)) {
+            return format!(
+                "{q}{ty} *restrict b{b} = ({q}{ty} *)((uintptr_t)(ctx->A + {at} + slot * {slot}) - (uintptr_t)p0 * {per});"
             );
         }
         match locs[b.index()] {

@@ -230,6 +230,14 @@ pub fn locate(p: &Program) -> (Vec<Location>, Vec<u8>, usize) {
             }
         }
     }
+    // A row group runs where its last member stands: what any member reads is read then.
+    for g in &p.row_groups {
+        for r in readers.iter_mut() {
+            if r.iter().any(|x| g.stages.contains(x)) && !r.contains(&g.last()) {
+                r.push(g.last());
+            }
+        }
+    }
     let end = p.bufs.len();
     let mut intervals = Vec::new();
     let mut stage_ids = Vec::new();
@@ -377,8 +385,12 @@ pub fn run_steps(p: &mut Program, steps: &[Step], cx: &mut StepCx<'_>) {
 /// The groups of a planned program ([`crate::schedule::plan_groups`]).
 fn group(p: &mut Program, cx: &mut StepCx<'_>) {
     p.groups.clear();
+    p.row_groups.clear();
     if !cx.switches.no_layout && !cx.switches.no_groups {
         p.groups = crate::schedule::plan_groups(p, cx.target, &crate::schedule::tile_widths);
+    }
+    if !cx.switches.no_groups {
+        p.row_groups = crate::schedule::plan_row_groups(p, cx.target, cx.switches.seed);
     }
 }
 
@@ -616,6 +628,15 @@ mod plan_renumbering {
                 .map(|g| crate::te::Group {
                     producer: BufId(g.producer.0 + 1),
                     consumer: BufId(g.consumer.0 + 1),
+                    ..g.clone()
+                })
+                .collect(),
+            row_groups: p
+                .row_groups
+                .iter()
+                .map(|g| crate::te::RowGroup {
+                    stages: g.stages.iter().map(|b| BufId(b.0 + 1)).collect(),
+                    scratch: g.scratch.iter().map(|b| BufId(b.0 + 1)).collect(),
                     ..g.clone()
                 })
                 .collect(),

@@ -195,15 +195,18 @@ pub fn profile(
         .filter_map(|(id, &ns)| {
             let id = BufId::new(id);
             let st = p.stage(id)?;
-            // A group's kernel runs its producer too.
-            let members: Vec<BufId> = std::iter::once(id)
-                .chain(
-                    p.groups
-                        .iter()
-                        .filter(|g| g.consumer == id)
-                        .map(|g| g.producer),
-                )
-                .collect();
+            // A group's kernel runs its producer too; a row group's, every member.
+            let members: Vec<BufId> = match p.row_groups.iter().find(|g| g.last() == id) {
+                Some(g) => g.stages.clone(),
+                None => std::iter::once(id)
+                    .chain(
+                        p.groups
+                            .iter()
+                            .filter(|g| g.consumer == id)
+                            .map(|g| g.producer),
+                    )
+                    .collect(),
+            };
             let mut flops = 0.0;
             let mut read: Vec<BufId> = Vec::new();
             for &m in &members {
@@ -219,9 +222,15 @@ pub fn profile(
                     .iter()
                     .map(|&b| p.bufs[b.index()].ty.bytes())
                     .sum::<usize>();
+            let name = match members.len() {
+                n if n > 2 || p.row_groups.iter().any(|g| g.last() == id) => {
+                    format!("{} +{} grouped", st.name, n - 1)
+                }
+                _ => st.name.clone(),
+            };
             Some(KernelTime {
                 id,
-                name: st.name.clone(),
+                name,
                 backend: st.exec.backend(),
                 plan: crate::tune::measure::plan_text(p, id),
                 us: ns as f64 / runs as f64 / 1e3,

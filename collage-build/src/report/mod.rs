@@ -118,7 +118,7 @@ impl GroupReport {
 /// Every group of a compiled model, for the `target` it was compiled for.
 pub fn groups(c: &Compiled, target: &Target) -> Vec<GroupReport> {
     let p = &c.program;
-    let name = |b: BufId| p.stage(b).map_or_else(String::new, |s| s.name.clone());
+    let name = |b: BufId| stage_name(p, b);
     p.groups
         .iter()
         .map(|g| GroupReport {
@@ -129,20 +129,111 @@ pub fn groups(c: &Compiled, target: &Target) -> Vec<GroupReport> {
         .collect()
 }
 
+/// One row group of stages ([`crate::te::RowGroup`]) with what
+/// [`crate::schedule::rows::describe`] predicts of it.
+#[derive(Clone, Debug)]
+pub struct RowGroupReport {
+    /// The group.
+    pub group: crate::te::RowGroup,
+    /// Its members' stage names, in order.
+    pub names: Vec<String>,
+    /// The instance's tile, the level its scratch meets at, footprint and traffic saved.
+    pub info: crate::schedule::RowGroupInfo,
+}
+
+impl RowGroupReport {
+    /// `r<last>`, the group's task in the generated C.
+    pub fn name(&self) -> String {
+        format!("r{}", self.group.last())
+    }
+
+    /// `k15 Transpose_23_0 -> k23 Div_36_0 -> ..`, scratch members marked `*`.
+    pub fn stages(&self) -> String {
+        let g = &self.group;
+        g.stages
+            .iter()
+            .zip(&self.names)
+            .map(|(b, n)| {
+                let mark = if g.scratch.contains(b) { "*" } else { "" };
+                format!("k{b} {n}{mark}")
+            })
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    }
+
+    /// Instances, the block, the scratch's level, footprint and traffic saved, on one line.
+    pub fn detail(&self) -> String {
+        let (g, i) = (&self.group, &self.info);
+        format!(
+            "{} instances of {:?} ({} positions of the leading {} dimensions) in {} slots; scratch (*) {} KiB per slot, read back at {}; {} KiB live; traffic saved {:.2} MB",
+            g.instances,
+            i.tile,
+            g.block,
+            g.dims,
+            g.slots,
+            i.slot_bytes.div_ceil(1024),
+            i.level,
+            i.footprint.div_ceil(1024),
+            i.saved as f64 / 1e6,
+        )
+    }
+}
+
+/// The name of stage `b` of `p` (empty for a buffer that is not a stage).
+fn stage_name(p: &crate::te::Program, b: BufId) -> String {
+    p.stage(b).map_or_else(String::new, |s| s.name.clone())
+}
+
+/// Every row group of a compiled model, for the `target` it was compiled for.
+pub fn row_groups(c: &Compiled, target: &Target) -> Vec<RowGroupReport> {
+    let p = &c.program;
+    let name = |b: BufId| stage_name(p, b);
+    p.row_groups
+        .iter()
+        .map(|g| RowGroupReport {
+            group: g.clone(),
+            names: g.stages.iter().map(|&b| name(b)).collect(),
+            info: crate::schedule::rows::describe(p, g, target),
+        })
+        .collect()
+}
+
+/// The row groups section of `collage explain`: per group its members (scratch marked), then
+/// its instances, block, slots, the scratch's level and the traffic it saves.
+pub fn render_row_groups(gs: &[RowGroupReport]) -> String {
+    let lines: Vec<(String, String, String)> = gs
+        .iter()
+        .map(|g| (g.name(), g.stages(), g.detail()))
+        .collect();
+    render_group_lines(
+        "row groups",
+        "stages split along their shared leading dimensions, run as one loop of instances; a * member's output lives only in per-thread scratch slots",
+        &lines,
+    )
+}
+
 /// The groups section of `collage explain`: per group its stages, the instance tile of the
 /// consumer, the region of the producer one instance reads (one scratch slot), the memory level
 /// of that edge, and the predicted traffic with and without the group.
 pub fn render_groups(gs: &[GroupReport]) -> String {
-    let mut out = String::new();
-    writeln!(
-        out,
-        "groups: {} (stages that run as one loop of instances, the producer's output in a per-thread scratch slot)",
-        gs.len()
+    let lines: Vec<(String, String, String)> = gs
+        .iter()
+        .map(|g| (g.name(), g.stages(), g.detail()))
+        .collect();
+    render_group_lines(
+        "groups",
+        "stages that run as one loop of instances, the producer's output in a per-thread scratch slot",
+        &lines,
     )
-    .unwrap();
-    for g in gs {
-        writeln!(out, "  {}: {}", g.name(), g.stages()).unwrap();
-        writeln!(out, "      {}", g.detail()).unwrap();
+}
+
+/// A groups section: `title: N (what)`, then per group its name and stages, and its detail.
+fn render_group_lines(title: &str, what: &str, lines: &[(String, String, String)]) -> String {
+    let mut out = String::new();
+    writeln!(out, "{title}: {} ({what})", lines.len()).unwrap();
+    for (name, stages, detail) in lines {
+        writeln!(out, "  {name}: {stages}").unwrap();
+        writeln!(out, "      {detail}").unwrap();
     }
     out
 }
@@ -242,7 +333,8 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
         let base = stage.rsplit_once('_').map_or(stage, |(b, _)| b);
         g.nodes.iter().position(|n| n.name == base)
     };
-    let groups = groups(c, &Target::for_build())
+    let target = Target::for_build();
+    let mut groups: Vec<html::GroupRow> = groups(c, &target)
         .iter()
         .map(|r| {
             let mut nodes: Vec<usize> = [&r.names.0, &r.names.1]
@@ -258,6 +350,17 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
             }
         })
         .collect();
+    groups.extend(row_groups(c, &target).iter().map(|r| {
+        let mut nodes: Vec<usize> = r.names.iter().filter_map(|s| node_of(s)).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        html::GroupRow {
+            name: r.name(),
+            stages: r.stages(),
+            nodes,
+            detail: r.detail(),
+        }
+    }));
     let mut part_of = vec![0usize; g.nodes.len()];
     let mut backend_of = vec!["c"; g.nodes.len()];
     let mut parts = Vec::new();

@@ -119,7 +119,8 @@ fn reads_along_row(body: &Expr, a: BufId, row: u32) -> bool {
     any && ok
 }
 
-fn lcm(a: usize, b: usize) -> usize {
+/// The least common multiple of `a` and `b` (both positive).
+pub(super) fn lcm(a: usize, b: usize) -> usize {
     let gcd = |mut x: usize, mut y: usize| {
         while y != 0 {
             (x, y) = (y, x % y);

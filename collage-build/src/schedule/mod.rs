@@ -7,7 +7,9 @@ pub mod group;
 pub mod kernel;
 pub mod layout;
 pub mod plan;
+pub mod rows;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Location};
 pub use group::{plan_groups, GroupInfo};
 pub use plan::{plan_program, plan_stage, tile_widths, worth_parallel};
+pub use rows::{plan_row_groups, RowGroupInfo};

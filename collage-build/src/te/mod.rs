@@ -23,9 +23,9 @@ pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
 pub use plan::{
     Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
-    PlanChoice, PlanKind, PlanePlan, RowPlan, ScanPlan, Window, WindowPlan,
+    PlanChoice, PlanKind, PlanePlan, RowPlan, RowTrips, ScanPlan, Window, WindowPlan,
 };
 pub use print::fnv64;
-pub use program::{BufId, BufKind, Buffer, Group, Program, PANEL};
+pub use program::{BufId, BufKind, Buffer, Group, Program, RowGroup, PANEL};
 pub(crate) use simplify::affine_terms;
 pub use simplify::{simplify, simplify_stage};

@@ -124,6 +124,190 @@ pub enum KernelPlan {
     Scan(ScanPlan),
 }
 
+/// How a plan's outer iterations cover the positions of its stage's first `dims` output
+/// dimensions (flattened): what a [`super::RowGroup`] runs of each member per instance.
+///
+/// Positions come in rows of `row` (the extent of the last of those dimensions). Where the
+/// granule is at most a row, a row's positions go in granules of `granule` (its last granule may
+/// be short: a register-blocked plan whose rows per tile do not divide the row), `per` outer
+/// iterations each, and a row takes `row.div_ceil(granule) * per` iterations; a position at a
+/// granule's start or a row's end maps to [`RowTrips::trip`]. Where the granule is larger (a
+/// loop over fewer dimensions than the group's), it is a whole number of rows, and positions at
+/// its multiples map to `p / granule * per`. The range repeats `repeats` times, `stride`
+/// iterations apart (a register-blocked plan's column tiles and a depthwise plan's parts are its
+/// slowest-varying outer index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowTrips {
+    /// Positions per granule: an instance starts and ends at a granule's start (or a row's
+    /// end).
+    pub granule: usize,
+    /// Positions per row (the extent of the last split dimension).
+    pub row: usize,
+    /// Outer iterations per granule.
+    pub per: usize,
+    /// Copies of the range, `stride` iterations apart.
+    pub repeats: usize,
+    /// Outer iterations between copies.
+    pub stride: usize,
+}
+
+impl RowTrips {
+    /// The first outer iteration of position `p` (a granule's start, or a row's end).
+    pub fn trip(&self, p: usize) -> usize {
+        if self.granule <= self.row {
+            (p / self.row * self.row.div_ceil(self.granule) + (p % self.row).div_ceil(self.granule))
+                * self.per
+        } else {
+            p / self.granule * self.per
+        }
+    }
+
+    /// [`RowTrips::trip`] as C, of the C expression `p`.
+    pub fn trip_c(&self, p: &str) -> String {
+        let (g, n, per) = (self.granule, self.row, self.per);
+        if g == 1 && per == 1 {
+            p.to_string()
+        } else if g == 1 {
+            format!("{p} * {per}")
+        } else if g <= n {
+            format!(
+                "({p} / {n} * {} + ({p} % {n} + {}) / {g}) * {per}",
+                n.div_ceil(g),
+                g - 1
+            )
+        } else {
+            format!("{p} / {g} * {per}")
+        }
+    }
+
+    /// Outer iterations of positions `[p0, p1)`, as `repeats` ranges.
+    pub fn ranges(&self, p0: usize, p1: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let (lo, hi) = (self.trip(p0), self.trip(p1));
+        (0..self.repeats).map(move |t| (lo + t * self.stride, hi + t * self.stride))
+    }
+}
+
+/// [`RowTrips`] of a flattened outer loop over the leading `nd` dimensions of `shape`, row-major,
+/// `inner` iterations per position (tiles varying fastest).
+fn leading_trips(shape: &[usize], nd: usize, dims: usize, inner: usize) -> RowTrips {
+    let (granule, per) = if nd >= dims {
+        (1, shape[dims..nd].iter().product::<usize>() * inner)
+    } else {
+        (shape[nd..dims].iter().product(), inner)
+    };
+    let rows: usize = shape[..dims].iter().product();
+    RowTrips {
+        granule,
+        row: shape[dims - 1],
+        per,
+        repeats: 1,
+        stride: rows / granule * per,
+    }
+}
+
+/// [`RowTrips`] of an outer loop over the dimensions `outer` (row-major, in that order), the
+/// jammed one counted in blocks of `jam.1` (its last block short when they do not divide it),
+/// `inner` iterations per position, the whole repeated `repeats` times.
+fn listed_trips(
+    shape: &[usize],
+    outer: &[usize],
+    jam: Option<(usize, usize)>,
+    dims: usize,
+    inner: usize,
+    repeats: usize,
+) -> Option<RowTrips> {
+    if outer.len() < dims || outer[..dims].iter().enumerate().any(|(j, &k)| j != k) {
+        return None;
+    }
+    let (jk, jn) = jam.unwrap_or((usize::MAX, 1));
+    let ext = |k: usize| {
+        if k == jk {
+            shape[k].div_ceil(jn)
+        } else {
+            shape[k]
+        }
+    };
+    let per: usize = outer[dims..].iter().map(|&k| ext(k)).product::<usize>() * inner;
+    let granule = match jam.map(|(k, _)| (k + 1).cmp(&dims)) {
+        Some(std::cmp::Ordering::Less) => return None,
+        Some(std::cmp::Ordering::Equal) => jn,
+        _ => 1,
+    };
+    let row = shape[dims - 1];
+    let outer_rows: usize = shape[..dims - 1].iter().product();
+    Some(RowTrips {
+        granule,
+        row,
+        per,
+        repeats,
+        stride: outer_rows * row.div_ceil(granule) * per,
+    })
+}
+
+impl KernelPlan {
+    /// How the plan's outer iterations cover the positions of the first `dims` dimensions of
+    /// its stage's output `shape` ([`RowTrips`]); `None` when a block of those positions is not
+    /// a set of whole outer iterations (a channel-vectorised plan's tasks are column groups,
+    /// a register-blocked plan may vectorise along one of them).
+    pub fn row_trips(&self, shape: &[usize], dims: usize) -> Option<RowTrips> {
+        if dims == 0 || dims > shape.len() {
+            return None;
+        }
+        let t = match self {
+            KernelPlan::Injective(i) => leading_trips(shape, i.outer, dims, 1),
+            KernelPlan::Window(w) => leading_trips(shape, w.outer, dims, 1),
+            KernelPlan::Plain(x) => leading_trips(shape, x.outer, dims, 1),
+            KernelPlan::Scan(x) => leading_trips(shape, x.outer, dims, 1),
+            KernelPlan::Row(r) => {
+                let tiles = shape[r.v].div_ceil(r.tile);
+                listed_trips(shape, &r.outer, r.jam, dims, tiles, 1)?
+            }
+            KernelPlan::Gemm(g) => {
+                let tiles = shape[g.v].div_ceil(g.lanes * g.vecs);
+                listed_trips(shape, &g.outer, g.jam, dims, 1, tiles)?
+            }
+            KernelPlan::Plane(x) if x.chan => {
+                let ncb = shape[1] / x.chan_block;
+                match dims {
+                    1 => RowTrips {
+                        granule: 1,
+                        row: shape[0],
+                        per: ncb,
+                        repeats: 1,
+                        stride: shape[0] * ncb,
+                    },
+                    2 => RowTrips {
+                        granule: x.chan_block,
+                        row: shape[1],
+                        per: 1,
+                        repeats: 1,
+                        stride: shape[0] * ncb,
+                    },
+                    _ => return None,
+                }
+            }
+            KernelPlan::Plane(x) => {
+                let planes = shape[0] * shape[1];
+                let per = match dims {
+                    1 => shape[1],
+                    2 => 1,
+                    _ => return None,
+                };
+                RowTrips {
+                    granule: 1,
+                    row: shape[dims - 1],
+                    per,
+                    repeats: x.parts,
+                    stride: planes,
+                }
+            }
+            KernelPlan::Channel(_) => return None,
+        };
+        // Every outer iteration is covered once.
+        (t.repeats * t.stride == self.n_outer()).then_some(t)
+    }
+}
+
 impl KernelPlan {
     /// The kind as one word (`elementwise`, `window`, `plain`, `row`, `register-blocked`,
     /// `depthwise`, `channel-vectorised`): what the pricer's rates and `explain` name.

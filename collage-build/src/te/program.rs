@@ -110,6 +110,9 @@ pub struct Program {
     /// Stages fused into groups that run one instance at a time (`schedule::group` plans them,
     /// the code generator emits each as one parallel loop).
     pub groups: Vec<Group>,
+    /// Stages run as one loop of instances split along their shared leading output dimensions
+    /// (`schedule::group::plan_row_groups`): attention rows, a normalisation's passes.
+    pub row_groups: Vec<RowGroup>,
     /// The kernel plan of every stage, by buffer, one per variant of [`super::Isa::ALL`] (empty
     /// for buffers that are not stages, for library calls with nothing left to generate, and
     /// before `schedule::plan::plan_program` has run). The code generator prints these.
@@ -146,7 +149,77 @@ impl Group {
     }
 }
 
+/// Stages that run as one loop of instances split along the leading output dimensions they
+/// share (GraphTurbo §3–4; Welder's tiles connected below memory): every member reads the
+/// members before it only at its own position of those dimensions (`x[i0, i1, i2, ..]` for an
+/// output `[i0, i1, i2, ..]`), so an instance — a block of `block` consecutive positions of the
+/// flattened leading dimensions — runs each member in order over its block alone, and a member's
+/// output that nothing outside the group reads lives only in a per-thread scratch slot of the
+/// arena (`scratch`), never in a full-size buffer. The scores of an attention (batch, head and
+/// query rows; the keys whole) and the mean, variance and normalisation of a LayerNorm (rows of
+/// tokens) are such groups. The group runs where its last member stood; the stages between its
+/// members that are not members read none of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowGroup {
+    /// The members, in program order (at least two).
+    pub stages: Vec<BufId>,
+    /// Leading output dimensions the members share and are split along.
+    pub dims: usize,
+    /// Positions of those dimensions, flattened (their product).
+    pub rows: usize,
+    /// Positions of the last of them (a row).
+    pub row: usize,
+    /// Positions per instance ([`super::KernelPlan::row_trips`]): below a row, a multiple of
+    /// every member's granule in every variant, the row cut in chunks of `block` (its last chunk
+    /// may be short); else a whole number of rows (and of every larger granule), the last
+    /// instance possibly short.
+    pub block: usize,
+    /// Instances: rows times chunks per row, or `rows` over `block`, rounded up.
+    pub instances: usize,
+    /// Scratch slots: at most this many instances are in flight at once.
+    pub slots: usize,
+    /// Members' outputs read by members only: they hold `slots` slots of one instance each.
+    pub scratch: Vec<BufId>,
+}
+
+impl RowGroup {
+    /// Bytes of one slot of scratch buffer `b` (one instance's rows of it).
+    pub fn slot_bytes(&self, b: &Buffer) -> usize {
+        b.ty.numel() / self.rows.max(1) * self.block * b.ty.dtype.size()
+    }
+
+    /// Chunks per row when an instance is a chunk of a row, else `None`.
+    pub fn chunks(&self) -> Option<usize> {
+        (self.block < self.row).then(|| self.row.div_ceil(self.block))
+    }
+
+    /// The positions `[p0, p1)` of instance `q`.
+    pub fn positions(&self, q: usize) -> (usize, usize) {
+        match self.chunks() {
+            Some(c) => {
+                let (h, k) = (q / c, q % c);
+                let start = h * self.row;
+                (
+                    start + k * self.block,
+                    start + (k * self.block + self.block).min(self.row),
+                )
+            }
+            None => (q * self.block, (q * self.block + self.block).min(self.rows)),
+        }
+    }
+
+    /// The last member: where the group runs.
+    pub fn last(&self) -> BufId {
+        *self.stages.last().expect("a group has members")
+    }
+}
+
 impl Program {
+    /// The row group stage `b` is a member of, if any.
+    pub fn row_group_of(&self, b: BufId) -> Option<&RowGroup> {
+        self.row_groups.iter().find(|g| g.stages.contains(&b))
+    }
+
     /// Adds a buffer.
     pub fn push(&mut self, name: impl Into<String>, ty: TensorType, kind: BufKind) -> BufId {
         self.bufs.push(Buffer {
@@ -188,7 +261,10 @@ impl Program {
     /// scratch slots.
     pub fn arena_bytes(&self, b: BufId) -> usize {
         let buf = &self.bufs[b.index()];
-        match self.groups.iter().find(|g| g.producer == b) {
+        if let Some(g) = self.groups.iter().find(|g| g.producer == b) {
+            return g.slots * g.slot_bytes(buf);
+        }
+        match self.row_groups.iter().find(|g| g.scratch.contains(&b)) {
             Some(g) => g.slots * g.slot_bytes(buf),
             None => buf.stored_size(),
         }
