@@ -550,10 +550,19 @@ fn emit_variant(
                     calls.push(live_line(end, &ranges));
                 }
                 let task = emit_row_task(out, p, g, isa);
-                calls.push(format!(
-                    "rt->parallel_for(rt->pool, {}, {task}, &ctx);",
-                    g.slots
-                ));
+                // Members too small to fork for alone run on the calling thread together too.
+                let parallel = g
+                    .stages
+                    .iter()
+                    .any(|&m| p.plan(m, isa).is_some_and(KernelPlan::parallel));
+                if parallel {
+                    calls.push(format!(
+                        "rt->parallel_for(rt->pool, {}, {task}, &ctx);",
+                        g.slots
+                    ));
+                } else {
+                    calls.push(format!("{task}(&ctx, 0, {});", g.slots));
+                }
                 tick(&mut calls, id);
             }
             continue;

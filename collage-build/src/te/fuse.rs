@@ -47,6 +47,8 @@ pub fn fuse(p: &mut Program) {
     mark_dead(p);
     inline_injective(p);
     mark_dead(p);
+    hoist_factors(p);
+    mark_dead(p);
     fuse_epilogues(p);
     mark_dead(p);
     let shapes: Vec<Vec<usize>> = p.bufs.iter().map(|b| b.ty.shape.clone()).collect();
@@ -121,6 +123,106 @@ fn inline_injective(p: &mut Program) {
             if let Some(r) = cst.reduce.as_mut() {
                 r.finalize = fin;
             }
+        }
+    }
+}
+
+/// Whether `e` reads a reduction variable.
+fn reads_rvar(e: &Expr) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= matches!(x, Expr::RVar(_)));
+    found
+}
+
+/// Whether `e` is a product (of any depth) one of whose factors is a load of `b`, with `b`
+/// read nowhere else in it.
+fn is_factor(e: &Expr, b: BufId) -> bool {
+    let load_of = |x: &Expr| matches!(x, Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _) if *k == b);
+    match e {
+        x if load_of(x) => true,
+        Expr::Bin(super::BinOp::Mul, l, r) => {
+            (is_factor(l, b) && count_loads(r, b) == 0)
+                || (is_factor(r, b) && count_loads(l, b) == 0)
+        }
+        _ => false,
+    }
+}
+
+/// Hoists a factor that does not vary along a sum's reduction out of it: a sum reduction that
+/// reads, as one factor of its product, an elementwise quotient `x / y` (or product `x * y`)
+/// whose `y` at the read position does not depend on the reduction variables (the softmax's
+/// row sum read by the product with V, a per-row scale) reads `x` in its place and divides (or
+/// multiplies) its accumulator by `y` once per output. The quotient is then never computed into
+/// memory: the softmax's normalisation pass disappears into the next product's epilogue. Both
+/// stages are generated code, so this crosses partitions (the softmax and the product are
+/// placed apart): what moves is one load into the product's loop and one division into its
+/// epilogue.
+fn hoist_factors(p: &mut Program) {
+    let readers = p.readers();
+    for c in 0..p.bufs.len() {
+        let BufKind::Stage(cst) = &p.bufs[c].kind else {
+            continue;
+        };
+        let Some(red) = &cst.reduce else { continue };
+        if red.op != super::RedOp::Sum || cst.exec != Exec::Generated {
+            continue;
+        }
+        let mut candidates = cst.body.sources();
+        candidates.sort();
+        candidates.dedup();
+        for s in candidates {
+            let Src::Buf(k) = s else { continue };
+            let Some(pst) = p.stage(k) else { continue };
+            let fin_reads = red.finalize.as_ref().is_some_and(|f| count_loads(f, k) > 0);
+            if pst.reduce.is_some()
+                || pst.materialize
+                || pst.exec != Exec::Generated
+                || readers[k.index()] != [BufId::new(c)]
+                || p.outputs.contains(&k)
+                || p.bufs[k.index()].packed
+                || fin_reads
+                || !is_factor(&cst.body, k)
+            {
+                continue;
+            }
+            let Expr::Bin(op @ (super::BinOp::Div | super::BinOp::Mul), x, y) = &pst.body else {
+                continue;
+            };
+            // `x`'s cost moves into the reduction's inner loop: only a cheap one.
+            let (n, hard) = x.cost();
+            if hard != 0 || n > CHEAP_NODES {
+                continue;
+            }
+            // The factor at the position the reduction reads.
+            let mut at: Option<(Expr, Expr)> = None;
+            cst.body.visit(&mut |e| match e {
+                Expr::Load(Src::Buf(b), idx) if *b == k => {
+                    at = Some((x.subst_vars(idx), y.subst_vars(idx)));
+                }
+                Expr::LoadFlat(Src::Buf(b), f) if *b == k => {
+                    let idx = Expr::unflatten(f, &pst.ty.shape);
+                    at = Some((x.subst_vars(&idx), y.subst_vars(&idx)));
+                }
+                _ => {}
+            });
+            let Some((xs, ys)) = at else { continue };
+            if reads_rvar(&ys) {
+                continue;
+            }
+            let body = cst.body.rewrite(&mut |e| match e {
+                Expr::Load(Src::Buf(b), _) | Expr::LoadFlat(Src::Buf(b), _) if *b == k => {
+                    Some(xs.clone())
+                }
+                _ => None,
+            });
+            let prev = red.finalize.clone().unwrap_or(Expr::Acc);
+            let scaled = Expr::Bin(*op, Box::new(Expr::Acc), Box::new(ys));
+            let fin = prev.rewrite(&mut |e| matches!(e, Expr::Acc).then(|| scaled.clone()));
+            if let BufKind::Stage(cst) = &mut p.bufs[c].kind {
+                cst.body = body;
+                cst.reduce.as_mut().expect("a reduction").finalize = Some(fin);
+            }
+            break;
         }
     }
 }
