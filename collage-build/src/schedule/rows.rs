@@ -37,20 +37,41 @@ fn aligned(p: &Program, a: BufId, b: BufId) -> usize {
     let (Some(sb), sa) = (p.stage(b), &p.bufs[a.index()].ty.shape) else {
         return 0;
     };
+    // The loads index `a`'s buffer; its stage iterates its own shape (a reshape view of it):
+    // positions agree where all three shapes do.
+    let own = p.stage(a).map_or(sa, |st| &st.ty.shape);
     let most = sa
         .iter()
         .zip(&sb.ty.shape)
-        .take_while(|(x, y)| x == y)
+        .zip(own)
+        .take_while(|((x, y), z)| x == y && y == z)
         .count();
     let mut k = most;
     let mut any = false;
+    // `i_j`, or `i_j + r` over a reduction of extent 1 (a depthwise convolution's channel
+    // within its group).
+    let unit = |r: &u32| {
+        sb.reduce
+            .as_ref()
+            .is_some_and(|red| red.extents.get(*r as usize) == Some(&1))
+    };
+    let at = |i: &Expr, j: usize| match i {
+        Expr::Var(v) => *v as usize == j,
+        Expr::Bin(crate::te::BinOp::Add, l, r) => match (&**l, &**r) {
+            (Expr::Var(v), Expr::RVar(u)) | (Expr::RVar(u), Expr::Var(v)) => {
+                *v as usize == j && unit(u)
+            }
+            _ => false,
+        },
+        _ => false,
+    };
     let mut visit = |e: &Expr| match e {
         Expr::Load(Src::Buf(x), idx) if *x == a => {
             any = true;
             let lead = idx
                 .iter()
                 .enumerate()
-                .take_while(|(j, i)| **i == Expr::Var(*j as u32))
+                .take_while(|(j, i)| at(i, *j))
                 .count();
             k = k.min(lead);
         }
@@ -84,7 +105,7 @@ fn candidate(p: &Program, b: BufId) -> bool {
 fn granules(p: &Program, stages: &[BufId], dims: usize) -> Option<(usize, usize)> {
     let (mut small, mut large) = (1, 1);
     for &b in stages {
-        let shape = &p.bufs[b.index()].ty.shape;
+        let shape = &p.stage(b).expect("a member is a stage").ty.shape;
         for plan in &p.plans[b.index()] {
             let t = plan.row_trips(shape, dims)?;
             if t.granule <= t.row {
@@ -187,7 +208,7 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         let Some(gs) = granules(p, stages, dims) else {
             return false;
         };
-        let shape = &p.bufs[stages[0].index()].ty.shape;
+        let shape = &p.stage(stages[0]).expect("a member is a stage").ty.shape;
         let rows: usize = shape[..dims].iter().product();
         let first = block_sizes(rows, shape[dims - 1], gs)[0];
         let sc = scratch(p, stages, &readers);
@@ -255,7 +276,7 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         let Some(gs) = granules(p, &stages, dims) else {
             continue;
         };
-        let shape = &p.bufs[stages[0].index()].ty.shape;
+        let shape = &p.stage(stages[0]).expect("a member is a stage").ty.shape;
         let rows: usize = shape[..dims].iter().product();
         let row = shape[dims - 1];
         let sc = scratch(p, &stages, &readers);
@@ -335,7 +356,7 @@ pub struct RowGroupInfo {
 
 /// [`RowGroupInfo`] of `g` in `p` for `target`.
 pub fn describe(p: &Program, g: &RowGroup, target: &Target) -> RowGroupInfo {
-    let shape = &p.bufs[g.stages[0].index()].ty.shape;
+    let shape = &p.stage(g.stages[0]).expect("a member is a stage").ty.shape;
     let foot = step_bytes(p, &g.stages, g.dims, g.block, &g.scratch);
     let cpu = target.host_cpu();
     let slot_bytes = g
