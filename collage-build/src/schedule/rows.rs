@@ -90,9 +90,10 @@ fn aligned(p: &Program, a: BufId, b: BufId) -> usize {
 }
 
 /// Whether stage `b` may be a member of a row group at all: a generated stage with a plan in
-/// every variant, in no panel group.
+/// every variant, in no panel group, with no empty dimension (nothing to split).
 fn candidate(p: &Program, b: BufId) -> bool {
-    p.stage(b).is_some_and(|st| st.exec == Exec::Generated)
+    p.stage(b)
+        .is_some_and(|st| st.exec == Exec::Generated && !st.ty.shape.contains(&0))
         && p.plans[b.index()].len() == Isa::ALL.len()
         && !p.groups.iter().any(|g| g.producer == b || g.consumer == b)
         && !p.bufs[b.index()].packed
