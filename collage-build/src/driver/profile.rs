@@ -196,7 +196,8 @@ pub fn profile(
             let id = BufId::new(id);
             let st = p.stage(id)?;
             // A group's kernel runs its producer too; a row group's, every member.
-            let members: Vec<BufId> = match p.row_groups.iter().find(|g| g.last() == id) {
+            let row_group = p.row_groups.iter().find(|g| g.last() == id);
+            let members: Vec<BufId> = match row_group {
                 Some(g) => g.stages.clone(),
                 None => std::iter::once(id)
                     .chain(
@@ -222,11 +223,9 @@ pub fn profile(
                     .iter()
                     .map(|&b| p.bufs[b.index()].ty.bytes())
                     .sum::<usize>();
-            let name = match members.len() {
-                n if n > 2 || p.row_groups.iter().any(|g| g.last() == id) => {
-                    format!("{} +{} grouped", st.name, n - 1)
-                }
-                _ => st.name.clone(),
+            let name = match row_group {
+                Some(g) => format!("{} +{} grouped", st.name, g.stages.len() - 1),
+                None => st.name.clone(),
             };
             Some(KernelTime {
                 id,

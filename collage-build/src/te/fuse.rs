@@ -127,6 +127,21 @@ fn inline_injective(p: &mut Program) {
     }
 }
 
+/// The buffers `e` loads, sorted, each once.
+fn body_bufs(e: &Expr) -> Vec<BufId> {
+    let mut v: Vec<BufId> = e
+        .sources()
+        .into_iter()
+        .filter_map(|s| match s {
+            Src::Buf(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Whether `e` reads a reduction variable.
 fn reads_rvar(e: &Expr) -> bool {
     let mut found = false;
@@ -167,11 +182,7 @@ fn hoist_factors(p: &mut Program) {
         if red.op != super::RedOp::Sum || cst.exec != Exec::Generated {
             continue;
         }
-        let mut candidates = cst.body.sources();
-        candidates.sort();
-        candidates.dedup();
-        for s in candidates {
-            let Src::Buf(k) = s else { continue };
+        for k in body_bufs(&cst.body) {
             let Some(pst) = p.stage(k) else { continue };
             let fin_reads = red.finalize.as_ref().is_some_and(|f| count_loads(f, k) > 0);
             if pst.reduce.is_some()
@@ -240,11 +251,7 @@ fn fuse_epilogues(p: &mut Program) {
         if cst.reduce.is_some() {
             continue;
         }
-        let mut candidates = cst.body.sources();
-        candidates.sort();
-        candidates.dedup();
-        for s in candidates {
-            let Src::Buf(k) = s else { continue };
+        for k in body_bufs(&cst.body) {
             let Some(pst) = p.stage(k) else { continue };
             let Some(red) = &pst.reduce else { continue };
             let BufKind::Stage(cst) = &p.bufs[c].kind else {
