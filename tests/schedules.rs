@@ -498,6 +498,8 @@ fn random_schedules_on_random_shapes() {
         .unwrap_or(4);
     let mut groups = 0;
     let mut row_groups = 0;
+    // Groups whose drawn knobs differ from the untuned ones (wider instances, fewer slots).
+    let mut drawn_knobs = 0;
     for seed in 1..=seeds {
         let opts = Options {
             backends: "c".into(),
@@ -598,6 +600,11 @@ fn random_schedules_on_random_shapes() {
             "{name}: the im2col and its GEMM form a group when it is register-blocked"
         );
         groups += p.groups.len();
+        drawn_knobs += p
+            .groups
+            .iter()
+            .filter(|g| g.slots != g.instances.min(collage_build::schedule::group::MAX_SLOTS))
+            .count();
         // Short rows (small images), channels in whole vectors: contractions vectorised along
         // their channels, the reduction in blocks (the schedule's accumulator bytes), a 3x3
         // through im2col with a vectorised epilogue, and a pointwise one over a long reduction
@@ -706,6 +713,12 @@ fn random_schedules_on_random_shapes() {
         );
         let c = collage_build::driver::compile(attention_graph(h, sq, e), "t", &opts).unwrap();
         row_groups += c.program.row_groups.len();
+        drawn_knobs += c
+            .program
+            .row_groups
+            .iter()
+            .filter(|g| g.slots != g.instances.min(collage_build::schedule::group::MAX_SLOTS))
+            .count();
     }
     // Some seed keeps the GEMM register-blocked, so a group runs under drawn plans too.
     assert!(
@@ -715,6 +728,11 @@ fn random_schedules_on_random_shapes() {
     assert!(
         row_groups > 0 || seeds < 4,
         "no seed of 1..={seeds} formed a row group"
+    );
+    // The seeds draw the groups' slots (and instance widths), not only the stages' plans.
+    assert!(
+        drawn_knobs > 0 || seeds < 4,
+        "no seed of 1..={seeds} drew a group's slots"
     );
 }
 

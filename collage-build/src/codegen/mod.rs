@@ -387,7 +387,12 @@ fn group(p: &mut Program, cx: &mut StepCx<'_>) {
     p.groups.clear();
     p.row_groups.clear();
     if !cx.switches.no_layout && !cx.switches.no_groups {
-        p.groups = crate::schedule::plan_groups(p, cx.target, &crate::schedule::tile_widths);
+        p.groups = crate::schedule::plan_groups(
+            p,
+            cx.target,
+            &crate::schedule::tile_widths,
+            cx.switches.seed,
+        );
     }
     if !cx.switches.no_groups {
         p.row_groups = crate::schedule::plan_row_groups(p, cx.target, cx.switches.seed);

@@ -12,6 +12,7 @@
 //! [`MAX_SLOTS`] threads at once, each with its own slot of the arena; the producer's buffer is
 //! those slots, not its whole output.
 use crate::fusion::tile::{footprint, propagate};
+use crate::schedule::kernel::Draw;
 use crate::target::Target;
 use crate::te::{BufId, BufKind, Exec, Expr, Group, Program, RedOp, Src, PANEL};
 
@@ -26,12 +27,20 @@ pub const MIN_INSTANCES: usize = 16;
 /// Groups `p`'s stages. `tile_widths` gives, for a stage the code generator register-blocks,
 /// the widths (in columns) of its register tile in every instruction-set variant, and `None`
 /// for a stage it does not; instances are whole tiles of each.
+///
+/// A group's knobs are its instance's columns (a multiple of the smallest instance: whole
+/// panels and tiles) and its slots. Untuned, an instance is the smallest (the least live, so
+/// the slot stays in L2) and the slots are `min(instances, MAX_SLOTS)`; `seed` draws both,
+/// among the column counts whose step still fits half of L2 and leaves two instances, and any
+/// slot count from one.
 pub fn plan_groups(
     p: &Program,
     target: &Target,
     tile_widths: &dyn Fn(&Program, BufId) -> Option<Vec<usize>>,
+    seed: Option<u64>,
 ) -> Vec<Group> {
     let l2 = target.host_cpu().l2;
+    let mut draw = seed.map(|s| Draw::new(s ^ 0x7061_6e65_6c73));
     let readers = p.readers();
     let mut groups = Vec::new();
     for (a, buf) in p.buf_ids().zip(&p.bufs) {
@@ -68,31 +77,50 @@ pub fn plan_groups(
         let Some(widths) = tile_widths(p, b) else {
             continue;
         };
-        let cols = widths.iter().fold(PANEL, |c, &w| lcm(c, w.max(1)));
+        let unit = widths.iter().fold(PANEL, |c, &w| lcm(c, w.max(1)));
         let n = cons.ty.shape[rank - 1];
-        let instances = n.div_ceil(cols);
-        // The instance's tile of the consumer and what it reads: one slot of the producer must
-        // be all of its rows over the instance's columns, and the whole step must fit in L2.
-        let mut tile = cons.ty.shape.clone();
-        tile[rank - 1] = cols.min(n);
-        let region = propagate(p, cons, &tile, None);
-        let slot_ok = region.iter().any(|r| {
-            r.buf == a && {
-                let s = &buf.ty.shape;
-                r.extents.len() == s.len()
-                    && r.extents[..s.len() - 1] == s[..s.len() - 1]
-                    && r.extents[s.len() - 1] == cols.min(n)
-            }
-        });
-        if instances < MIN_INSTANCES || !slot_ok || footprint(p, cons, &tile, None) > l2 / 2 {
+        let fits = |cols: usize| -> bool {
+            // The instance's tile of the consumer and what it reads: one slot of the producer
+            // must be all of its rows over the instance's columns, and the whole step must fit
+            // in L2.
+            let mut tile = cons.ty.shape.clone();
+            tile[rank - 1] = cols.min(n);
+            let region = propagate(p, cons, &tile, None);
+            let slot_ok = region.iter().any(|r| {
+                r.buf == a && {
+                    let s = &buf.ty.shape;
+                    r.extents.len() == s.len()
+                        && r.extents[..s.len() - 1] == s[..s.len() - 1]
+                        && r.extents[s.len() - 1] == cols.min(n)
+                }
+            });
+            slot_ok && footprint(p, cons, &tile, None) <= l2 / 2
+        };
+        if n.div_ceil(unit) < MIN_INSTANCES || !fits(unit) {
             continue;
         }
+        let cols = match draw.as_mut() {
+            Some(d) => {
+                let choices: Vec<usize> = (0..4)
+                    .map(|j| unit << j)
+                    .take_while(|&c| n.div_ceil(c) >= 2 && fits(c))
+                    .collect();
+                choices[d.below(choices.len() as u64) as usize]
+            }
+            None => unit,
+        };
+        let instances = n.div_ceil(cols);
+        let most = instances.min(MAX_SLOTS);
+        let slots = match draw.as_mut() {
+            Some(d) => 1 + d.below(most as u64) as usize,
+            None => most,
+        };
         groups.push(Group {
             producer: a,
             consumer: b,
             cols,
             instances,
-            slots: instances.min(MAX_SLOTS),
+            slots,
         });
     }
     groups

@@ -22,7 +22,8 @@
 //! block is the largest whose scratch slots fit half of L1d — the intermediates meet their
 //! readers in L1 — else the smallest (they meet in L2, the least of them live);
 //! `--schedule-seed` draws it among those that fit. Binding: the
-//! instances go round-robin to `min(instances, 32)` slots, one `parallel_for` over the slots.
+//! instances go round-robin to `min(instances, 32)` slots, one `parallel_for` over the slots;
+//! the seed draws the slots too (any count from one: fewer slots, less scratch, fewer threads).
 use crate::fusion::tile::propagate;
 use crate::schedule::kernel::Draw;
 use crate::target::Target;
@@ -269,6 +270,8 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         }
     }
     let mut draw = seed.map(|s| Draw::new(s ^ 0x726f_7773));
+    // The slots from a stream of their own, so that a seed draws the blocks it drew before.
+    let mut draw_slots = seed.map(|s| Draw::new(s ^ 0x0073_6c6f_7473));
     let mut groups = Vec::new();
     for (stages, dims) in open {
         if stages.len() < 2 {
@@ -322,6 +325,11 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         if instances < 2 {
             continue;
         }
+        let most = instances.min(MAX_SLOTS);
+        let slots = match draw_slots.as_mut() {
+            Some(d) => 1 + d.below(most as u64) as usize,
+            None => most,
+        };
         groups.push(RowGroup {
             stages,
             dims,
@@ -329,7 +337,7 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
             row,
             block,
             instances,
-            slots: instances.min(MAX_SLOTS),
+            slots,
             scratch: sc,
         });
     }

@@ -206,7 +206,7 @@ fn with_choice(k: &Program, id: BufId, choice: PlanChoice, target: &Target) -> O
     }
     crate::codegen::plan(&mut t, target, None);
     if !k.groups.is_empty() {
-        t.groups = crate::schedule::plan_groups(&t, target, &crate::schedule::tile_widths);
+        t.groups = crate::schedule::plan_groups(&t, target, &crate::schedule::tile_widths, None);
         if t.groups.len() != k.groups.len() {
             return None;
         }
