@@ -479,7 +479,7 @@ fn emit_variant(
                 let fname = format!("k{id}{suffix}_lib");
                 out.line("");
                 out.line(format!("/* {} on {backend} */", stage_title(st)));
-                let parallel = crate::schedule::worth_parallel(p, st);
+                let parallel = p.parallel_calls.contains(&id);
                 super::library::emit_gemm(out, locs, id, &g, *backend, &fname, parallel);
                 calls.push(format!("{fname}(rt, &ctx);"));
                 tick(&mut calls, id);

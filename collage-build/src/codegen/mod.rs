@@ -448,8 +448,9 @@ fn apply_cached_plans(p: &mut Program, cx: &mut StepCx<'_>, cached: &CachedPlan<
     group(p, cx);
 }
 
-/// Chooses every stage's kernel plan for `target` and stores them on `p` (`Program::plans`):
-/// what the C emitter prints. A library call's in-place epilogue is planned from what its
+/// Chooses every stage's kernel plan for `target` and stores them on `p` (`Program::plans`),
+/// and the thread split of its library GEMM calls (`Program::parallel_calls`): what the C
+/// emitter prints. A library call's in-place epilogue is planned from what its
 /// backend leaves of its finalize; `seed` draws plans from the space.
 pub fn plan(p: &mut Program, target: &Target, seed: Option<u64>) {
     let windows = c::library_backends(p).into_iter().find_map(|id| {
@@ -468,6 +469,7 @@ pub fn plan(p: &mut Program, target: &Target, seed: Option<u64>) {
         }
     };
     p.plans = crate::schedule::plan_program(p, target, &rest, seed);
+    p.parallel_calls = crate::schedule::parallel_calls(p);
 }
 
 /// Compiles a graph that has been through the pass pipeline, each node's stages placed by
@@ -646,6 +648,7 @@ mod plan_renumbering {
                 })
                 .collect(),
             plans: Vec::new(),
+            parallel_calls: Vec::new(),
         };
         for b in &p.bufs {
             let mut b = b.clone();

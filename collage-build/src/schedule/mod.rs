@@ -11,5 +11,5 @@ pub mod rows;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Location};
 pub use group::{plan_groups, GroupInfo};
-pub use plan::{plan_program, plan_stage, tile_widths, worth_parallel};
+pub use plan::{parallel_calls, plan_program, plan_stage, tile_widths};
 pub use rows::{plan_row_groups, RowGroupInfo};

@@ -117,6 +117,10 @@ pub struct Program {
     /// for buffers that are not stages, for library calls with nothing left to generate, and
     /// before `schedule::plan::plan_program` has run). The code generator prints these.
     pub plans: Vec<Vec<KernelPlan>>,
+    /// The library GEMM calls whose blocks run on the thread pool (the others run on the calling
+    /// thread): their thread split, chosen with the plans (`codegen::plan`), printed by the
+    /// emitter.
+    pub parallel_calls: Vec<BufId>,
 }
 
 /// Two stages that run as one loop of instances (GraphTurbo §3–4): each instance is a range of

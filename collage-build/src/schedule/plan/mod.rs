@@ -329,6 +329,24 @@ pub fn tile_widths(p: &Program, b: BufId) -> Option<Vec<usize>> {
     plans.iter().map(KernelPlan::tile_width).collect()
 }
 
+/// The library GEMM calls of `p` whose blocks go to the thread pool: those whose work pays for
+/// the fork ([`worth_parallel`], the rule of the generated stages' thread split).
+pub fn parallel_calls(p: &Program) -> Vec<BufId> {
+    p.buf_ids()
+        .filter(|&b| {
+            p.stage(b).is_some_and(|st| {
+                matches!(
+                    st.exec,
+                    Exec::Library {
+                        call: crate::te::LibraryCall::Gemm,
+                        ..
+                    }
+                ) && worth_parallel(p, st)
+            })
+        })
+        .collect()
+}
+
 /// Weight bytes above which a smaller stage is still split across threads: streaming weights is
 /// memory-bound, and two cores fetch them faster than one.
 const PARALLEL_WEIGHT_BYTES: usize = 256 << 10;
