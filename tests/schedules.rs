@@ -498,8 +498,11 @@ fn random_schedules_on_random_shapes() {
         .unwrap_or(4);
     let mut groups = 0;
     let mut row_groups = 0;
-    // Groups whose drawn knobs differ from the untuned ones (wider instances, fewer slots).
+    // Groups whose drawn slots differ from the untuned count.
     let mut drawn_knobs = 0;
+    let drawn = |slots: usize, instances: usize| {
+        usize::from(slots != instances.min(collage_build::schedule::group::MAX_SLOTS))
+    };
     for seed in 1..=seeds {
         let opts = Options {
             backends: "c".into(),
@@ -603,8 +606,8 @@ fn random_schedules_on_random_shapes() {
         drawn_knobs += p
             .groups
             .iter()
-            .filter(|g| g.slots != g.instances.min(collage_build::schedule::group::MAX_SLOTS))
-            .count();
+            .map(|g| drawn(g.slots, g.instances))
+            .sum::<usize>();
         // Short rows (small images), channels in whole vectors: contractions vectorised along
         // their channels, the reduction in blocks (the schedule's accumulator bytes), a 3x3
         // through im2col with a vectorised epilogue, and a pointwise one over a long reduction
@@ -717,8 +720,8 @@ fn random_schedules_on_random_shapes() {
             .program
             .row_groups
             .iter()
-            .filter(|g| g.slots != g.instances.min(collage_build::schedule::group::MAX_SLOTS))
-            .count();
+            .map(|g| drawn(g.slots, g.instances))
+            .sum::<usize>();
     }
     // Some seed keeps the GEMM register-blocked, so a group runs under drawn plans too.
     assert!(

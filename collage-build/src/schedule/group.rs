@@ -110,11 +110,7 @@ pub fn plan_groups(
             None => unit,
         };
         let instances = n.div_ceil(cols);
-        let most = instances.min(MAX_SLOTS);
-        let slots = match draw.as_mut() {
-            Some(d) => 1 + d.below(most as u64) as usize,
-            None => most,
-        };
+        let slots = slots(instances, draw.as_mut());
         groups.push(Group {
             producer: a,
             consumer: b,
@@ -124,6 +120,16 @@ pub fn plan_groups(
         });
     }
     groups
+}
+
+/// The scratch slots of a group of `instances`: `min(instances, MAX_SLOTS)` (one per thread
+/// of a large machine), or with `draw` any count from one to that.
+pub(super) fn slots(instances: usize, draw: Option<&mut Draw>) -> usize {
+    let most = instances.min(MAX_SLOTS);
+    match draw {
+        Some(d) => 1 + d.below(most as u64) as usize,
+        None => most,
+    }
 }
 
 /// Whether every load of `a` in `body` walks the row (`Var(row)` last, nowhere else), as a

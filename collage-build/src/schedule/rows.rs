@@ -29,7 +29,7 @@ use crate::schedule::kernel::Draw;
 use crate::target::Target;
 use crate::te::{BufId, Exec, Expr, Isa, Program, RowGroup, Src};
 
-use super::group::{lcm, MAX_SLOTS, MIN_INSTANCES};
+use super::group::{lcm, slots, MIN_INSTANCES};
 
 /// The leading dimensions at which stage `b` reads buffer `a` at its own position: the most `k`
 /// such that every load of `a` in `b` has `i0, .., i(k-1)` as its first indices over equal
@@ -325,11 +325,7 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         if instances < 2 {
             continue;
         }
-        let most = instances.min(MAX_SLOTS);
-        let slots = match draw_slots.as_mut() {
-            Some(d) => 1 + d.below(most as u64) as usize,
-            None => most,
-        };
+        let slots = slots(instances, draw_slots.as_mut());
         groups.push(RowGroup {
             stages,
             dims,
