@@ -175,6 +175,7 @@ fn convolutions_through_im2col_and_direct() {
         (&[1, 2, 70, 33], &[5, 2, 5, 3], 1, 2, 1), // odd sizes, partial tiles
         (&[1, 40, 7, 7], &[64, 40, 3, 3], 1, 1, 1), // a 7x7 image: vectorised along channels
         (&[1, 24, 14, 14], &[48, 24, 1, 1], 1, 0, 1), // pointwise on 14x14: channels too
+        (&[1, 16, 11, 30], &[24, 16, 3, 3], 1, 1, 1), // 24 channels: three 8-lane vectors
     ];
     // The first case's im2col (27 rows of 1600 columns, in panels) and its GEMM form a group:
     // instances of one 64-column panel, each reading all 27 rows of it (one slot), at L2; apart,
@@ -202,6 +203,23 @@ fn convolutions_through_im2col_and_direct() {
             let r = node(g, "Relu", Attrs::default(), vec![y]);
             node(g, "Add", Attrs::default(), vec![r, y])
         });
+    }
+    // The 24-channel tile in the narrower variants too (three vectors of eight, of four).
+    for isa in [Isa::Avx2, Isa::Base] {
+        let name = format!("conv_narrow_{isa}");
+        check_isa(
+            &name,
+            &[1, 16, 11, 30],
+            &Options::default(),
+            &["-O1"],
+            isa,
+            |g, x| {
+                let w = g.add_const("w", rand(&[24, 16, 3, 3], 11));
+                let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                let y = node(g, "Conv", a, vec![x, w]);
+                node(g, "Relu", Attrs::default(), vec![y])
+            },
+        );
     }
 }
 
@@ -954,7 +972,8 @@ fn schedule_seeds_change_the_generated_code() {
 
 /// A 3x3 convolution with 64 output channels vectorises along its channels and reads its padded
 /// input in place of an im2col buffer (codegen/c/direct.rs), over a 7x7 image (49 columns fill
-/// whole vectors poorly) as over a 28x28 one; with 8 output channels (half a vector) it
+/// whole vectors poorly) as over a 28x28 one, and with 24 (three 8-lane vectors); with 8 output
+/// channels (half a vector) it
 /// vectorises along its row, through an im2col.
 #[test]
 fn channel_convolutions_read_their_padded_input() {
@@ -991,6 +1010,20 @@ fn channel_convolutions_read_their_padded_input() {
             "{h}x{h}: {injective:?}"
         );
     }
+    // 24 channels are one and a half 16-lane vectors: the widest variant takes three vectors
+    // of eight.
+    let (texts, injective) = plans(28, 24);
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("channel-vectorised vecs=3 rows=8")
+                && t.contains("| vector i1 lanes 3x8 jam i2x8")),
+        "{texts:?}"
+    );
+    assert!(
+        injective.iter().any(|(n, _)| n.ends_with("_padded")),
+        "{injective:?}"
+    );
     let (texts, injective) = plans(28, 8);
     assert!(
         texts.iter().all(|t| !t.starts_with("channel-vectorised")),

@@ -134,6 +134,12 @@ pub(crate) fn is_vector(e: &Expr, v: u32) -> bool {
 /// Lanes a channel-vectorised stage's channels must be whole vectors of (every variant's).
 pub(crate) const CHANNEL_LANES: usize = crate::te::Isa::WIDEST_LANES;
 
+/// Channels that are not whole [`CHANNEL_LANES`] vectors vectorise too when they are whole
+/// tiles of this many: three vectors of eight (`ChannelPlan::lanes`), which the widest variant
+/// uses instead of its own (24 output channels, as a detection head's 3x3 layers have, are
+/// one and a half 16-lane vectors).
+pub(crate) const NARROW_TILE: usize = 24;
+
 /// Rows shorter than this vectorise along the channels when they can ([`channel_axis`]).
 /// Measured on ResNet-18 (AVX-512, one thread): its 7x7 layers 11.0 -> 9.3 ms, its 14x14
 /// layers 10.5 -> 8.3 ms; longer rows (28x28 and up) were slower that way (they lose the
@@ -144,7 +150,7 @@ pub(crate) const MAX_CHANNEL_ROW: usize = 256;
 /// rather than along its row: a short row ([`MAX_CHANNEL_ROW`]: whole vectors cover it poorly —
 /// 49 columns of a 7x7 image fill 49 of 64 lanes and take a second pass over the weights for
 /// the last column — and a tile of columns streams all of a large weight), channels that are
-/// whole vectors, one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
+/// whole vectors (or whole [`NARROW_TILE`]s), one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
 /// and `x` the same for every channel, and an epilogue that vectorises along the channels too,
 /// or a reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
 /// to `w'[r, channel]` (`schedule::layout`) and the register tile spans channels; the row is
@@ -166,8 +172,8 @@ pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
         ok
     };
     if (n >= MAX_CHANNEL_ROW && affine_row(&st.body))
-        || shape[c] < 2 * CHANNEL_LANES
-        || !shape[c].is_multiple_of(CHANNEL_LANES)
+        || (shape[c] < 2 * CHANNEL_LANES && shape[c] != NARROW_TILE)
+        || !(shape[c].is_multiple_of(CHANNEL_LANES) || shape[c].is_multiple_of(NARROW_TILE))
     {
         return None;
     }

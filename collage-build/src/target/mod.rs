@@ -298,7 +298,7 @@ impl Cpu {
 }
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-fn host_isa() -> VectorIsa {
+pub(crate) fn host_isa() -> VectorIsa {
     if std::arch::is_x86_feature_detected!("avx512f") {
         VectorIsa::Avx512
     } else if std::arch::is_x86_feature_detected!("avx2")
@@ -311,12 +311,12 @@ fn host_isa() -> VectorIsa {
 }
 
 #[cfg(target_arch = "aarch64")]
-fn host_isa() -> VectorIsa {
+pub(crate) fn host_isa() -> VectorIsa {
     VectorIsa::Neon
 }
 
 #[cfg(not(any(target_arch = "x86", target_arch = "x86_64", target_arch = "aarch64")))]
-fn host_isa() -> VectorIsa {
+pub(crate) fn host_isa() -> VectorIsa {
     VectorIsa::Baseline
 }
 

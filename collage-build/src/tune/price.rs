@@ -12,7 +12,7 @@ use crate::codegen;
 use crate::error::Result;
 use crate::ir::Graph;
 use crate::te::{self, fnv64, BinOp, BufId, BufKind, Expr, Program, Scalar, Stage};
-use crate::te::{Isa, PlanKind};
+use crate::te::{Isa, KernelPlan, PlanKind};
 
 /// The analytic penalty for a value crossing between two backends, in microseconds, used when
 /// the cache has no measured one: library calls run in the same arena and layout, so a crossing
@@ -131,6 +131,13 @@ fn rate(s: PlanKind) -> f64 {
     }
 }
 
+/// The share of [`rate`] a channel-vectorised plan of 8-lane vectors in the AVX-512 variant
+/// (`schedule::analysis::NARROW_TILE`) keeps on Intel cores: with two 512-bit FMA units they
+/// issue two 256-bit multiply-adds a cycle, half the peak — where AMD Zen 4 splits a 512-bit
+/// operation in two and loses nothing (measured there: 46k-48k multiply-adds per
+/// microsecond on dbnet's 3x3 96 -> 24 layers, one thread). From the port counts, not measured.
+const INTEL_NARROW: f64 = 0.5;
+
 /// Rough single-thread throughput of library GEMMs and oneDNN primitives, in multiply-adds per
 /// microsecond (measured alongside [`rate`]: on a par with register-blocked generated code).
 const LIBRARY_RATE: f64 = 44_000.0;
@@ -186,17 +193,23 @@ pub fn estimate_us(p: &Program, id: BufId) -> f64 {
     let st = p.stage(id).expect("a stage");
     match st.exec {
         crate::te::Exec::Generated => {
-            let kind = p
+            let plan = p
                 .plan(id, Isa::Avx512)
-                .unwrap_or_else(|| panic!("stage {} is not planned", st.name))
-                .kind();
+                .unwrap_or_else(|| panic!("stage {} is not planned", st.name));
+            let kind = plan.kind();
             // A scan takes one step per element, not the reduction's work (its masked length).
             if kind == PlanKind::Scan {
                 return st.ty.numel() as f64 / rate(kind) + 0.05;
             }
-            let rate = match kind {
-                PlanKind::Elementwise => elementwise_rate(st),
-                s => rate(s),
+            let rate = match (kind, plan) {
+                (PlanKind::Elementwise, _) => elementwise_rate(st),
+                (_, KernelPlan::Channel(c))
+                    if c.lanes < Isa::Avx512.lanes()
+                        && crate::target::host_vendor() == "GenuineIntel" =>
+                {
+                    rate(kind) * INTEL_NARROW
+                }
+                (s, _) => rate(s),
             };
             st.work() as f64 / rate + 0.05
         }

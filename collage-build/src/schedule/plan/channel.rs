@@ -1,7 +1,7 @@
 //! The channel-vectorised plan (`te::ChannelPlan`): contractions over short rows vectorised along
 //! their output channels; `codegen/c/channel.rs` prints it.
 use crate::fusion::tile::best_of;
-use crate::schedule::analysis::{channel_axis, load_coef, vectorizable};
+use crate::schedule::analysis::{channel_axis, load_coef, vectorizable, NARROW_TILE};
 use crate::schedule::kernel::gemm_defaults;
 use crate::target::Cpu;
 use crate::te::{ChannelPlan, Expr, Isa, Program, Stage};
@@ -53,9 +53,16 @@ pub(crate) fn channel_plan(
         Some((v, _, _, _)) => v as usize,
         None => gemm_defaults(shape[c], isa, cpu).0,
     };
+    // Channels that are not whole vectors of the variant's are whole tiles of three narrower
+    // ones (`channel_axis` admits no other).
     let vecs = (1..=want_vecs.clamp(1, 4))
         .rev()
-        .find(|k| shape[c].is_multiple_of(k * lanes))?;
+        .find(|k| shape[c].is_multiple_of(k * lanes));
+    let (vecs, lanes) = match vecs {
+        Some(v) => (v, lanes),
+        None if shape[c].is_multiple_of(NARROW_TILE) => (3, NARROW_TILE / 3),
+        None => return None,
+    };
     let budget = if isa.vector_registers() >= 32 {
         ACCS_32
     } else {
