@@ -153,6 +153,21 @@ impl Operator for Ew {
     }
 }
 
+/// `x` where it is positive (`x >= 0` when `ge`, else `x > 0`), else `neg`, an exponential
+/// branch `alpha * (exp(x) - 1)` (Elu, Selu). With `alpha > 0` the branch has `x`'s sign, so
+/// this is `max(x, 0) + min(neg, 0)` (NaN-propagating, as Celu is written): no select, which
+/// the C compiler turns into a branch per element rather than vectorise next to an `exp`
+/// (Elu 1.29 ms against Celu's 0.11 on [1, 64, 56, 56], AMD EPYC Zen 4, one thread).
+fn positive_or(alpha: f64, x: Expr, neg: Expr, d: DType, ge: bool) -> Expr {
+    if alpha > 0.0 {
+        x.max(Expr::c(d, 0.0)).add(neg.min(Expr::c(d, 0.0)))
+    } else if ge {
+        Expr::select(x.clone().ge(Expr::c(d, 0.0)), x, neg)
+    } else {
+        Expr::select(x.clone().gt(Expr::c(d, 0.0)), x, neg)
+    }
+}
+
 fn a0(a: &[Option<Expr>]) -> Expr {
     a[0].clone().expect("input 0")
 }
@@ -554,11 +569,8 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("Elu", |cx| {
         activation(cx, "Elu", &[("alpha", 1.0)], |o, a, d| {
             let x = a0(a);
-            Expr::select(
-                x.clone().ge(o.c(d, 0.0)),
-                x.clone(),
-                o.c(d, o.p[0]).mul(x.exp().sub(o.c(d, 1.0))),
-            )
+            let neg = o.c(d, o.p[0]).mul(x.clone().exp().sub(o.c(d, 1.0)));
+            positive_or(o.p[0], x, neg, d, true)
         })
     }),
     ("Selu", |cx| {
@@ -569,8 +581,7 @@ pub const OPS: &[(&str, Constructor)] = &[
             |o, a, d| {
                 let x = a0(a);
                 let neg = o.c(d, o.p[0]).mul(x.clone().exp().sub(o.c(d, 1.0)));
-                o.c(d, o.p[1])
-                    .mul(Expr::select(x.clone().gt(o.c(d, 0.0)), x, neg))
+                o.c(d, o.p[1]).mul(positive_or(o.p[0], x, neg, d, false))
             },
         )
     }),
