@@ -199,6 +199,15 @@ impl Emitter<'_> {
         }
     }
 
+    /// Whether `e` reads a one-element floating-point constant that is not NaN.
+    fn scalar_bound(&self, e: &Expr) -> bool {
+        let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
+            return false;
+        };
+        matches!(&self.p.bufs[k.index()].kind,
+            BufKind::Const(t) if t.numel() == 1 && t.ty.dtype.is_float() && !t.get_f64(0).is_nan())
+    }
+
     fn binary(&self, op: BinOp, a: &Expr, b: &Expr) -> String {
         let d = self.dtype(a);
         let (x, y) = (self.expr(a), self.expr(b));
@@ -222,6 +231,12 @@ impl Emitter<'_> {
             BinOp::Pow if d == DType::F32 => format!("powf({x}, {y})"),
             BinOp::Pow if d == DType::F64 => format!("pow({x}, {y})"),
             BinOp::Pow => format!("cl_pow_{s}({x}, {y})"),
+            // Against a one-element constant that is not NaN (a Clip's bound, as exporters
+            // store it), NaN propagates from `x` alone: one comparison and one select.
+            BinOp::Max | BinOp::Min if d.is_float() && self.scalar_bound(b) => {
+                let f = if op == BinOp::Max { "maxc" } else { "minc" };
+                format!("cl_{f}_{s}({x}, {y})")
+            }
             BinOp::Max => format!("cl_max_{s}({x}, {y})"),
             BinOp::Min => format!("cl_min_{s}({x}, {y})"),
             BinOp::FMod if d == DType::F32 => format!("fmodf({x}, {y})"),

@@ -185,6 +185,9 @@ static inline uint8_t cl_wrap_u4(int64_t v) { return (uint8_t)(v & 15); }
 static inline int8_t cl_wrap_i2(int64_t v) { return (int8_t)(((v & 3) ^ 2) - 2); }
 static inline uint8_t cl_wrap_u2(int64_t v) { return (uint8_t)(v & 3); }
 
+/* cl_maxc / cl_minc: max and min with a bound `c` that is not NaN (a Clip's constant bound),
+   equal to cl_max / cl_min there (a NaN `a` is returned, ties give `a`) in one comparison and
+   one select. */
 /* A select on the bits, branch-free: written as `c ? a : b`, GCC branches on a comparison in
    code it does not vectorise (a 7-wide row's epilogue). NaN-propagating max / min are two
    selects GCC keeps branch-free both ways (a blend and a cmov in scalar code, min/max and a
@@ -196,6 +199,8 @@ static inline double cl_sel_f64(int c, double a, double b) { cl_f64_bits x = { a
 static inline T cl_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : x); } \
 static inline T cl_max_##S(T a, T b) { T m = a >= b ? a : b; return a != a ? a : m; } \
 static inline T cl_min_##S(T a, T b) { T m = a <= b ? a : b; return a != a ? a : m; } \
+static inline T cl_maxc_##S(T a, T c) { return a < c ? c : a; } \
+static inline T cl_minc_##S(T a, T c) { return a > c ? c : a; } \
 static inline T cl_mod_##S(T a, T b, T r) { return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 CL_FLOAT_OPS(float, f32)
 CL_FLOAT_OPS(double, f64)

@@ -241,3 +241,43 @@ fn casts_from_the_small_types_agree_with_the_interpreter() {
         }
     }
 }
+
+/// A node `op` of `inputs` (opset 25, no attributes).
+fn node(g: &mut Graph, op: &str, inputs: &[ValueId]) -> ValueId {
+    let f = lookup(op).unwrap()(&OpCx {
+        attrs: &Attrs::default(),
+        opset: 25,
+        n_inputs: inputs.len(),
+        n_outputs: 1,
+    })
+    .unwrap();
+    let out = g.add_value(format!("y{}", g.values.len()), None);
+    let name = format!("n{}", g.nodes.len());
+    g.add_node(
+        name,
+        f,
+        inputs.iter().map(|&v| Some(v)).collect(),
+        vec![out],
+    );
+    out
+}
+
+/// Max and min against one-element constants (a Clip's initialisers, printed as `cl_maxc_f32`
+/// / `cl_minc_f32`) agree bit for bit with the interpreter: NaN of either sign propagates, ties
+/// and both zeros give what `cl_max_f32` / `cl_min_f32` give.
+#[test]
+fn max_and_min_against_constant_bounds_agree_with_the_interpreter() {
+    let v = probes();
+    let x = Tensor::from_f32(&[v.len()], &v);
+    check("const_bounds", &x, |g, x| {
+        let mut outs = Vec::new();
+        for (lo, hi) in [(0.0f32, 6.0f32), (-0.0, 0.0), (-1.5, 1e30)] {
+            let l = g.add_const("lo", Tensor::from_f32(&[], &[lo]));
+            let h = g.add_const("hi", Tensor::from_f32(&[], &[hi]));
+            outs.push(node(g, "Clip", &[x, l, h]));
+            outs.push(node(g, "Max", &[x, l]));
+            outs.push(node(g, "Min", &[x, h]));
+        }
+        outs
+    });
+}
