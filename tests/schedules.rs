@@ -364,6 +364,21 @@ fn every_magnitude() -> impl Iterator<Item = f32> {
 }
 
 #[test]
+fn tanh_is_accurate_across_its_range() {
+    // The generated code computes f32 tanh without libm (vectorisable), its exponential
+    // clamped at |x| = 9; check it against f64 tanh, NaN and the infinities included.
+    let xs: Vec<f32> = (-12000..=12000)
+        .map(|i| i as f32 / 1000.0)
+        .chain([
+            0.1249, 0.125, 0.1251, 8.999, 9.0, 9.001, 1e-30, -1e-8, 50.0, -88.8, 1e30,
+        ])
+        .chain(every_magnitude())
+        .chain([f32::NAN])
+        .collect();
+    unary_is_accurate("Tanh", &xs, libm::tanh, 1e-6, 1e-30);
+}
+
+#[test]
 fn erf_is_accurate_across_its_range() {
     // The generated code computes f32 erf without libm (vectorisable); check it against f64 erf.
     let xs: Vec<f32> = (-4000..=4000)
