@@ -244,7 +244,7 @@ static inline float cl_expf(float x) {
    lies in [0, 18] and 2^n in one exponent-field scaling (a NaN passes the clamp and stays NaN). */
 static inline float cl_tanhf(float x) {
     float a = fabsf(x), x2 = x * x;
-    float c = 2.0f * (a > 9.0f ? 9.0f : a);
+    float c = 2.0f * cl_sel_f32(a > 9.0f, 9.0f, a);
     float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
     float r = c - n * 0.693145752f - n * 1.42860677e-6f;
     union { float f; uint32_t u; } b = { t }, s;
