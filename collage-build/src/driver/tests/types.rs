@@ -38,16 +38,7 @@ fn cast(g: &mut Graph, x: ValueId, to: DType, extra: &[(&str, Attr)]) -> ValueId
 
 /// An `Identity` of `x`.
 fn identity(g: &mut Graph, x: ValueId) -> ValueId {
-    let op = lookup("Identity").unwrap()(&OpCx {
-        attrs: &Attrs::default(),
-        opset: 25,
-        n_inputs: 1,
-        n_outputs: 1,
-    })
-    .unwrap();
-    let out = g.add_value(format!("y{}", g.values.len()), None);
-    g.add_node(format!("id{}", g.nodes.len()), op, vec![Some(x)], vec![out]);
-    out
+    node(g, "Identity", &[x])
 }
 
 /// Compiles `build(x)` with `x` a run-time input and with `x` a constant, runs the first, and
