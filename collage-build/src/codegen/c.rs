@@ -4,7 +4,7 @@
 //! so that the runtime can split it across threads (`parallel_for`). The entry point
 //! `collage_<symbol>_run(rt, arena, weights, inputs)` runs the stages in order.
 use crate::ir::{strides, DType};
-use crate::schedule::analysis::{is_vector, split_body, vectorizable};
+use crate::schedule::analysis::{is_vector, merge_body, split_body, vectorizable};
 use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Location;
 use crate::te::{
@@ -199,8 +199,12 @@ impl Emitter<'_> {
         }
     }
 
-    /// Whether `e` reads a one-element floating-point constant that is not NaN.
+    /// Whether `e` is a floating-point literal, or reads a one-element floating-point constant,
+    /// that is not NaN.
     fn scalar_bound(&self, e: &Expr) -> bool {
+        if let Expr::Const(c) = e {
+            return c.dtype().is_float() && !c.as_f64().is_nan();
+        }
         let (Expr::Load(Src::Buf(k), _) | Expr::LoadFlat(Src::Buf(k), _)) = e else {
             return false;
         };
@@ -896,11 +900,26 @@ fn emit_stage(
     };
     let simd = matches!(plan, KernelPlan::Plain(PlainPlan { simd: true, .. }));
     debug_assert!(split.is_none() || st.reduce.is_none());
+    // The inner dimensions run as one flat loop (a panel-packed output, or a group's slice of
+    // the columns, keeps the nest), its variable the innermost non-unit dimension's.
+    let flat = match plan {
+        KernelPlan::Injective(ip)
+            if member.is_none() && row.is_none() && !p.bufs[id.index()].packed =>
+        {
+            ip.flat
+                .and_then(|m| Some((m, (m..rank).rev().find(|&k| shape[k] > 1)?)))
+        }
+        _ => None,
+    };
     let st_strides = strides(shape);
     out.open("for (int64_t o = begin; o < end; ++o) {");
     unravel_outer(out, shape, nd);
-    let loop_dims = rank;
-    let mut body = st.body.clone();
+    let loop_dims = flat.map_or(rank, |(m, _)| m);
+    let mut body = match flat {
+        Some((m, _)) => merge_body(&st.body, shape, m),
+        None => st.body.clone(),
+    };
+
     // A group's fill computes the last dimension's columns [c0, c1) only.
     let fill = member.is_some_and(|m| m.fill);
     assert!(
@@ -955,8 +974,14 @@ fn emit_stage(
             }
         }
     }
+    if let Some((m, inner)) = flat {
+        let n: usize = shape[m..].iter().product();
+        out.open(format!(
+            "for (int64_t i{inner} = 0; i{inner} < {n}; ++i{inner}) {{"
+        ));
+    }
     let flat_out = (0..shape.len())
-        .filter(|&k| shape[k] != 1)
+        .filter(|&k| shape[k] != 1 && flat.is_none_or(|(m, inner)| k < m || k == inner))
         .map(|k| format!("i{k} * {}", st_strides[k]))
         .collect::<Vec<_>>()
         .join(" + ");
@@ -1074,7 +1099,7 @@ fn emit_stage(
             out.line(format!("b{id}[{flat_out}] = {fin};"));
         }
     }
-    let opened = loop_dims + split.map_or(0, |_| 1)
+    let opened = loop_dims + split.map_or(0, |_| 1) + usize::from(flat.is_some())
         - usize::from(win.is_some())
         - usize::from(guarded.is_some());
     for _ in nd..opened {

@@ -94,6 +94,81 @@ pub(crate) fn load_coef(p: &Program, e: &Expr, v: u32) -> Option<i64> {
     }
 }
 
+/// The first of the trailing dimensions `from..rank` of an injective stage's output that its
+/// loops may run as one flat loop: every load's offset (and the row-major output's) along them
+/// is one coefficient times their row-major flattening, and the body uses their variables in
+/// nothing else. `None` unless at least two of them have an extent above one. The flat loop's
+/// variable is the innermost such dimension's, the others are 0 ([`merge_body`]).
+pub(crate) fn mergeable_from(
+    p: &Program,
+    body: &Expr,
+    shape: &[usize],
+    from: usize,
+) -> Option<usize> {
+    let rank = shape.len();
+    let inner = (from..rank).rev().find(|&k| shape[k] > 1)?;
+    // Every load: its coefficients along the candidate dimensions, and whether it is a plain
+    // row-major load of a buffer.
+    let mut loads: Vec<Vec<Option<i64>>> = Vec::new();
+    let mut plain = true;
+    body.visit(&mut |e| match e {
+        Expr::Load(Src::Buf(b), idx) => {
+            // As the printer flattens it (unit dimensions skipped).
+            let buf = &p.bufs[b.index()];
+            plain &= !buf.packed;
+            let flat = Expr::flatten(idx, &buf.ty.shape);
+            loads.push((0..rank as u32).map(|v| coef(&flat, v)).collect());
+        }
+        Expr::LoadFlat(Src::Buf(b), f) => {
+            plain &= !p.bufs[b.index()].packed;
+            loads.push((0..rank as u32).map(|v| coef(f, v)).collect());
+        }
+        Expr::Load(..) | Expr::LoadFlat(..) => plain = false,
+        _ => {}
+    });
+    // Outside the loads' indices, no candidate variable may appear.
+    let outside = body.rewrite(&mut |e| match e {
+        Expr::Load(..) | Expr::LoadFlat(..) => Some(Expr::i(0)),
+        _ => None,
+    });
+    if !plain {
+        return None;
+    }
+    let mut first = inner;
+    let mut stride = 1i64;
+    let mut non_unit = 1;
+    for k in (from..inner).rev() {
+        stride *= shape[k + 1] as i64;
+        if shape[k] == 1 {
+            first = k;
+            continue;
+        }
+        let ok = !uses_var(&outside, k as u32)
+            && loads.iter().all(|c| match (c[k], c[inner]) {
+                (Some(ck), Some(ci)) => ck == ci * stride,
+                _ => false,
+            });
+        if !ok {
+            break;
+        }
+        first = k;
+        non_unit += 1;
+    }
+    let inner_ok = !uses_var(&outside, inner as u32) && loads.iter().all(|c| c[inner].is_some());
+    (non_unit >= 2 && inner_ok).then_some(first)
+}
+
+/// `body` with the merged dimensions `from..rank` ([`mergeable_from`]) read as one flat loop
+/// variable: the innermost dimension with an extent above one keeps its variable (now the flat
+/// position), the others read 0.
+pub(crate) fn merge_body(body: &Expr, shape: &[usize], from: usize) -> Expr {
+    let inner = (from..shape.len()).rev().find(|&k| shape[k] > 1);
+    body.rewrite(&mut |e| match e {
+        Expr::Var(k) if (*k as usize) >= from && Some(*k as usize) != inner => Some(Expr::i(0)),
+        _ => None,
+    })
+}
+
 /// True if `e` can be evaluated on a vector of consecutive `Var(v)`: every use of `v` is inside a
 /// stride-1 load, combined only by + - * / and negation.
 pub(crate) fn vectorizable(p: &Program, e: &Expr, v: u32) -> bool {
@@ -281,4 +356,72 @@ pub(crate) fn split_factor(body: &Expr, v: u32, n: usize) -> Option<usize> {
     body.visit(&mut |e| uses += (*e == Expr::Var(v)) as usize);
     let w = w? as usize;
     (ok && uses == wrapped && w > 1 && w < n && n.is_multiple_of(w)).then_some(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::te::{BufId, Buffer};
+    use crate::tensor::TensorType;
+
+    fn program(shapes: &[&[usize]]) -> Program {
+        Program {
+            bufs: shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Buffer {
+                    name: format!("x{i}"),
+                    ty: TensorType::new(DType::F32, s.to_vec()),
+                    kind: BufKind::Input(i),
+                    packed: false,
+                })
+                .collect(),
+            ..Program::default()
+        }
+    }
+
+    fn load(b: u32, idx: Vec<Expr>) -> Expr {
+        Expr::Load(Src::Buf(BufId(b)), idx)
+    }
+
+    fn add(a: Expr, b: Expr) -> Expr {
+        Expr::Bin(BinOp::Add, Box::new(a), Box::new(b))
+    }
+
+    #[test]
+    fn flat_loops_only_where_every_load_walks_the_rows_as_one_run() {
+        let out = [1usize, 64, 56, 56];
+        let v = |k| Expr::Var(k);
+        let whole = || load(0, vec![v(0), v(1), v(2), v(3)]);
+        let p = program(&[&out, &[64, 1, 1], &[56], &[1, 64, 56, 56], &[1, 1, 56, 56]]);
+        // An element-wise stage and one with a per-channel operand: rows and columns are one
+        // run from the channel on.
+        assert_eq!(mergeable_from(&p, &whole(), &out, 2), Some(2));
+        let bias = load(1, vec![v(1), Expr::i(0), Expr::i(0)]);
+        assert_eq!(mergeable_from(&p, &add(whole(), bias), &out, 2), Some(2));
+        // An operand broadcast along the rows walks the columns only: no flat loop.
+        let row = load(2, vec![v(3)]);
+        assert_eq!(mergeable_from(&p, &add(whole(), row), &out, 2), None);
+        // A transposed operand: no flat loop.
+        let t = load(3, vec![v(0), v(1), v(3), v(2)]);
+        assert_eq!(mergeable_from(&p, &add(whole(), t), &out, 2), None);
+        // An operand broadcast along the channels merges from the channel on only as far as
+        // it walks: from 2 (its rows and columns are one run), and from 1 nothing, since its
+        // channel coefficient is 0.
+        let plane = load(4, vec![Expr::i(0), Expr::i(0), v(2), v(3)]);
+        assert_eq!(
+            mergeable_from(&p, &add(whole(), plane.clone()), &out, 2),
+            Some(2)
+        );
+        assert_eq!(mergeable_from(&p, &add(whole(), plane), &out, 1), Some(2));
+        assert_eq!(mergeable_from(&p, &whole(), &out, 0), Some(0));
+        // A loop variable read as a value (an iota): no flat loop.
+        let iota = add(whole(), Expr::Cast(DType::F32, Box::new(v(3))));
+        assert_eq!(mergeable_from(&p, &iota, &out, 2), None);
+        // The merged body reads the flat position through the innermost variable.
+        assert_eq!(
+            merge_body(&whole(), &out, 2),
+            load(0, vec![v(0), v(1), Expr::i(0), v(3)])
+        );
+    }
 }

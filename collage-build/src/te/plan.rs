@@ -591,6 +591,10 @@ pub struct InjectivePlan {
     /// The guarded value is an f32 load walking its source with stride 1: its range is copied
     /// in whole vectors, the last one overlapping.
     pub copy: bool,
+    /// The inner dimensions from this one on run as one flat loop (every load walks them as
+    /// one row-major run: an element-wise stage over an image's rows and columns), so that the
+    /// loop is long, its vector constants are set up once and no short row leaves a remainder.
+    pub flat: Option<usize>,
 }
 
 /// A padded window reduction's loops.
@@ -871,6 +875,9 @@ impl fmt::Display for KernelPlan {
                 }
                 if i.guard.is_some() {
                     write!(f, " guarded")?;
+                }
+                if let Some(k) = i.flat {
+                    write!(f, " flat from {k}")?;
                 }
                 Ok(())
             }

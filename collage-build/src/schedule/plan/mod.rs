@@ -18,8 +18,8 @@ use std::borrow::Cow;
 
 use crate::ir::{strides, DType};
 use crate::schedule::analysis::{
-    coef, conjuncts, contiguous_along, contiguous_along_r, load_coef, split_body, split_factor,
-    uses_var, vectorizable,
+    coef, conjuncts, contiguous_along, contiguous_along_r, load_coef, mergeable_from, split_body,
+    split_factor, uses_var, vectorizable,
 };
 use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
@@ -244,6 +244,12 @@ fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
                     if p.bufs[b.index()].ty.dtype == DType::F32 && !p.bufs[b.index()].packed)
                 && load_coef(p, &g.value, v) == Some(1)
         });
+    // (A panel-packed output, or a group member's slice, keeps the nest: the printer checks.)
+    let flat = if split.is_none() && guard.is_none() && rank > outer {
+        mergeable_from(p, &st.body, shape, outer)
+    } else {
+        None
+    };
     InjectivePlan {
         outer,
         n_outer,
@@ -251,6 +257,7 @@ fn injective_plan(p: &Program, st: &Stage, copy: bool) -> InjectivePlan {
         split,
         guard,
         copy,
+        flat,
     }
 }
 
