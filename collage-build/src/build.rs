@@ -558,6 +558,7 @@ impl Build {
                 .std("c99")
                 .opt_level(3)
                 .flag_if_supported("-fno-math-errno")
+                .flag_if_supported("-fno-trapping-math")
                 .flag_if_supported("-ffp-contract=fast")
                 .flag_if_supported("-fopenmp-simd")
                 .warnings(false)
