@@ -218,15 +218,16 @@ static inline float cl_erff(float x) {
 
 /* exp for f32 without a library call, so loops and epilogues that use it vectorise (f64 keeps
    libm's exp): x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23, ln2 split in
-   two so n ln2 is exact), exp(r) by its Taylor polynomial of degree 6 (relative error < 2e-7),
+   two so n ln2 is exact), exp(r) by a polynomial of degree 5 fitted for the least maximum relative
+   error on that interval (8e-8 in exact arithmetic; the Taylor polynomial needs degree 6),
    2^n as two exponent-field scalings so that n above 127 overflows to inf and n below -126 falls
    gradually to 0. Inputs above 89 are clamped to it (the result is inf); below -104 the result
    is 0, selected on the bits after computing exp(0): clamped to -104 instead, every such input
    (a masked attention score, -1e4) would compute a denormal, and each denormal result costs a
    microcode assist of a hundred cycles or more. NaN stays NaN (it fails both comparisons). */
-#define CL_EXP_POLY(r) (1.0f + (r) * (1.0f + (r) * (0.5f + (r) * (0.16666667f + (r) * (0.041666668f + (r) * (0.008333334f + (r) * 0.0013888889f))))))
+#define CL_EXP_POLY(r) (1.0000001f + (r) * (0.99999967f + (r) * (0.49998899f + (r) * (0.16667663f + (r) * (0.041915071f + (r) * 0.0082917270f)))))
 static inline float cl_expf(float x) {
-    float c = cl_sel_f32(x < -104.0f, 0.0f, cl_sel_f32(x > 89.0f, 89.0f, x));
+    float c = cl_sel_f32(x < -104.0f, 0.0f, cl_minc_f32(x, 89.0f));
     float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
     float r = c - n * 0.693145752f - n * 1.42860677e-6f;
     union { float f; uint32_t u; } b = { t }, s1, s2;
