@@ -4,7 +4,7 @@
 //! so that the runtime can split it across threads (`parallel_for`). The entry point
 //! `collage_<symbol>_run(rt, arena, weights, inputs)` runs the stages in order.
 use crate::ir::{strides, DType};
-use crate::schedule::analysis::{is_vector, merge_body, split_body, vectorizable};
+use crate::schedule::analysis::{flat_inner, is_vector, merge_body, split_body, vectorizable};
 use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Location;
 use crate::te::{
@@ -906,8 +906,7 @@ fn emit_stage(
         KernelPlan::Injective(ip)
             if member.is_none() && row.is_none() && !p.bufs[id.index()].packed =>
         {
-            ip.flat
-                .and_then(|m| Some((m, (m..rank).rev().find(|&k| shape[k] > 1)?)))
+            ip.flat.and_then(|m| Some((m, flat_inner(shape, m)?)))
         }
         _ => None,
     };
@@ -919,7 +918,6 @@ fn emit_stage(
         Some((m, _)) => merge_body(&st.body, shape, m),
         None => st.body.clone(),
     };
-
     // A group's fill computes the last dimension's columns [c0, c1) only.
     let fill = member.is_some_and(|m| m.fill);
     assert!(

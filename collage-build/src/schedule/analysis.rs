@@ -106,7 +106,7 @@ pub(crate) fn mergeable_from(
     from: usize,
 ) -> Option<usize> {
     let rank = shape.len();
-    let inner = (from..rank).rev().find(|&k| shape[k] > 1)?;
+    let inner = flat_inner(shape, from)?;
     // Every load: its coefficients along the candidate dimensions, and whether it is a plain
     // row-major load of a buffer.
     let mut loads: Vec<Vec<Option<i64>>> = Vec::new();
@@ -126,14 +126,14 @@ pub(crate) fn mergeable_from(
         Expr::Load(..) | Expr::LoadFlat(..) => plain = false,
         _ => {}
     });
+    if !plain {
+        return None;
+    }
     // Outside the loads' indices, no candidate variable may appear.
     let outside = body.rewrite(&mut |e| match e {
         Expr::Load(..) | Expr::LoadFlat(..) => Some(Expr::i(0)),
         _ => None,
     });
-    if !plain {
-        return None;
-    }
     let mut first = inner;
     let mut stride = 1i64;
     let mut non_unit = 1;
@@ -158,11 +158,17 @@ pub(crate) fn mergeable_from(
     (non_unit >= 2 && inner_ok).then_some(first)
 }
 
+/// The dimension whose variable a flat loop over dimensions `from..` runs as: the innermost one
+/// with an extent above one (`None` if there is none).
+pub(crate) fn flat_inner(shape: &[usize], from: usize) -> Option<usize> {
+    (from..shape.len()).rev().find(|&k| shape[k] > 1)
+}
+
 /// `body` with the merged dimensions `from..rank` ([`mergeable_from`]) read as one flat loop
 /// variable: the innermost dimension with an extent above one keeps its variable (now the flat
 /// position), the others read 0.
 pub(crate) fn merge_body(body: &Expr, shape: &[usize], from: usize) -> Expr {
-    let inner = (from..shape.len()).rev().find(|&k| shape[k] > 1);
+    let inner = flat_inner(shape, from);
     body.rewrite(&mut |e| match e {
         Expr::Var(k) if (*k as usize) >= from && Some(*k as usize) != inner => Some(Expr::i(0)),
         _ => None,

@@ -226,10 +226,13 @@ static inline float cl_erff(float x) {
    (a masked attention score, -1e4) would compute a denormal, and each denormal result costs a
    microcode assist of a hundred cycles or more. NaN stays NaN (it fails both comparisons). */
 #define CL_EXP_POLY(r) (1.0000001f + (r) * (0.99999967f + (r) * (0.49998899f + (r) * (0.16667663f + (r) * (0.041915071f + (r) * 0.0082917270f)))))
+/* The reduction x = n ln2 + r as three floats: t (n plus the rounding constant, whose bits
+   carry n), n and r. */
+#define CL_EXP_REDUCE(x, t, n, r) \
+    float t = (x) * 1.44269504f + 12582912.0f, n = t - 12582912.0f, r = (x) - n * 0.693145752f - n * 1.42860677e-6f
 static inline float cl_expf(float x) {
     float c = cl_sel_f32(x < -104.0f, 0.0f, cl_minc_f32(x, 89.0f));
-    float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
-    float r = c - n * 0.693145752f - n * 1.42860677e-6f;
+    CL_EXP_REDUCE(c, t, n, r);
     union { float f; uint32_t u; } b = { t }, s1, s2;
     int32_t k = (int32_t)(b.u - 0x4B400000u), k1 = k >> 1;
     s1.u = (uint32_t)(k1 + 127) << 23;
@@ -246,8 +249,7 @@ static inline float cl_expf(float x) {
 static inline float cl_tanhf(float x) {
     float a = fabsf(x), x2 = x * x;
     float c = 2.0f * cl_sel_f32(a > 9.0f, 9.0f, a);
-    float t = c * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
-    float r = c - n * 0.693145752f - n * 1.42860677e-6f;
+    CL_EXP_REDUCE(c, t, n, r);
     union { float f; uint32_t u; } b = { t }, s;
     s.u = (b.u - 0x4B400000u + 127u) << 23;
     float big = copysignf(1.0f - 2.0f / (CL_EXP_POLY(r) * s.f + 1.0f), x);
