@@ -243,8 +243,12 @@ fn plans_of_snippet(path: &Path, source: &str) -> String {
     ));
     std::fs::create_dir_all(&work).unwrap();
     let g = common::snippet_graph(path, source, &work);
+    // A snippet that tests a direct convolution's plan says so (`# options: no-winograd`).
     let opts = Options {
         backends: "c".into(),
+        no_winograd: source
+            .lines()
+            .any(|l| l.starts_with("# options:") && l.contains("no-winograd")),
         ..Options::default()
     };
     let c = driver::compile(g, "plan", &opts).unwrap();

@@ -223,6 +223,61 @@ fn convolutions_through_im2col_and_direct() {
     }
 }
 
+/// 3x3 stride-1 convolutions with enough tiles and channels run as Winograd F(4x4, 3x3)
+/// (`passes::winograd`): against the interpreter's direct convolution, over whole and partial
+/// tiles, a batch, asymmetric padding, with and without a bias, in every vector variant. Each
+/// case first checks that the rewrite happened, so that the comparison is of the Winograd code.
+#[test]
+fn winograd_convolutions_match_the_direct_convolution() {
+    // (input shape, output channels, pads [top, left, bottom, right], bias)
+    let cases: &[(&[usize], usize, [i64; 4], bool)] = &[
+        (&[1, 16, 24, 24], 16, [1, 1, 1, 1], true), // 6x6 whole tiles
+        (&[2, 20, 23, 30], 24, [1, 1, 1, 1], true), // a batch, partial tiles
+        (&[1, 16, 26, 27], 32, [0, 2, 1, 0], false), // asymmetric pads, no bias
+    ];
+    for (i, &(xs, co, pads, bias)) in cases.iter().enumerate() {
+        let build = |g: &mut Graph, x: ValueId| {
+            let w = g.add_const("w", rand(&[co, xs[1], 3, 3], 11));
+            let mut inputs = vec![x, w];
+            if bias {
+                inputs.push(g.add_const("b", rand(&[co], 12)));
+            }
+            let a = ints(&[("pads", pads.to_vec()), ("kernel_shape", vec![3, 3])]);
+            let y = node(g, "Conv", a, inputs);
+            node(g, "Relu", Attrs::default(), vec![y])
+        };
+        let mut g = Graph::new("winograd");
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, xs)));
+        g.inputs.push(x);
+        let y = build(&mut g, x);
+        g.outputs.push(y);
+        let c = collage_build::driver::compile(g, "t", &Options::default()).unwrap();
+        assert!(
+            c.graph
+                .nodes
+                .iter()
+                .any(|n| n.op.op_type() == "WinogradConv"),
+            "case {i} is not computed as Winograd"
+        );
+        check(&format!("winograd{i}"), xs, build);
+    }
+    for isa in [Isa::Avx2, Isa::Base] {
+        let (xs, co) = (&[1, 16, 23, 30], 24);
+        check_isa(
+            &format!("winograd_{isa}"),
+            xs,
+            &Options::default(),
+            &["-O1"],
+            isa,
+            |g, x| {
+                let w = g.add_const("w", rand(&[co, xs[1], 3, 3], 11));
+                let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
+                node(g, "Conv", a, vec![x, w])
+            },
+        );
+    }
+}
+
 #[test]
 fn depthwise_convolutions_over_padded_planes() {
     // (input shape, kernel, strides, pads [top, left, bottom, right], dilations, multiplier):
@@ -597,6 +652,23 @@ fn random_schedules_on_random_shapes() {
                     ints(&[("kernel_shape", vec![1, 1])]),
                     vec![y, pw],
                 )
+            },
+        );
+        // A convolution computed as Winograd F(4x4, 3x3): its transforms and its 36 products.
+        let (ci, co, h, w) = (d.int(16, 24), d.int(16, 40), d.int(24, 34), d.int(24, 34));
+        let pads: Vec<i64> = (0..4).map(|_| d.int(0, 2) as i64).collect();
+        check_isa(
+            &format!("r{seed}_winograd"),
+            &[1, ci, h, w],
+            &opts,
+            o,
+            isa,
+            |g, x| {
+                let wt = g.add_const("w", rand(&[co, ci, 3, 3], 11));
+                let b = g.add_const("b", rand(&[co], 12));
+                let a = ints(&[("pads", pads.clone()), ("kernel_shape", vec![3, 3])]);
+                let y = node(g, "Conv", a, vec![x, wt, b]);
+                node(g, "Relu", Attrs::default(), vec![y])
             },
         );
         // A large image: the im2col in column panels fused into its GEMM (a group whose

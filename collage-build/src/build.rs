@@ -28,6 +28,7 @@ pub struct Build {
     cost_cache: Option<PathBuf>,
     backends: String,
     greedy: bool,
+    no_winograd: bool,
     threads: usize,
     max_tensor_bytes: u64,
     out_dir: Option<PathBuf>,
@@ -195,6 +196,13 @@ impl Build {
         self
     }
 
+    /// Whether 3x3 convolutions may run as Winograd F(4x4 / 2x2, 3x3) on the generated code
+    /// (default on; see `collage compile --no-winograd`).
+    pub fn winograd(mut self, on: bool) -> Self {
+        self.no_winograd = !on;
+        self
+    }
+
     /// The thread count the models will mostly run on (default one): a placement that
     /// `collage tune --evolve --threads N` recorded in the cost cache for this count is used.
     pub fn threads(mut self, n: usize) -> Self {
@@ -260,6 +268,7 @@ impl Build {
             schedule_seed: None,
             no_layout: false,
             no_groups: false,
+            no_winograd: self.no_winograd,
             bindings: Bindings::default(),
         };
         if !self.misuse.is_empty() {
@@ -480,7 +489,10 @@ impl Build {
         evolve: bool,
     ) -> Result<()> {
         g.limits = opts.limits();
-        crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+        crate::passes::run(
+            &mut g,
+            &crate::passes::pipeline_for(&opts.backends, !opts.no_winograd)?,
+        )?;
         let report = crate::driver::tune_graph(
             &g,
             opts,

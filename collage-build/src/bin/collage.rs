@@ -198,6 +198,10 @@ struct PlaceArgs {
     /// Form no groups (debugging).
     #[arg(long)]
     no_groups: bool,
+    /// Keep 3x3 convolutions direct instead of Winograd F(4x4 / 2x2, 3x3) (results closer to
+    /// a direct convolution's rounding).
+    #[arg(long)]
+    no_winograd: bool,
     #[command(flatten)]
     bind: BindArgs,
 }
@@ -255,6 +259,7 @@ impl PlaceArgs {
             schedule_seed: self.schedule_seed,
             no_layout: self.no_layout,
             no_groups: self.no_groups,
+            no_winograd: self.no_winograd,
             bindings: self.bind.bindings(),
         })
     }
@@ -527,7 +532,10 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                 CostCache::new()
             };
             let mut g = collage_build::frontend::onnx::load_with(&model, &bind.bindings())?;
-            collage_build::passes::run(&mut g, collage_build::passes::PIPELINE)?;
+            collage_build::passes::run(
+                &mut g,
+                &collage_build::passes::pipeline_for(&backends, true)?,
+            )?;
             let opts = Options {
                 backends,
                 target: Some(target.clone()),

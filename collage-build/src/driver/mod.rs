@@ -64,6 +64,9 @@ pub struct Options {
     pub no_layout: bool,
     /// Form no groups: a debugging switch.
     pub no_groups: bool,
+    /// Keep 3x3 convolutions direct instead of Winograd F(m x m, 3x3) (`passes::pipeline_for`):
+    /// for results closer to a direct convolution's rounding.
+    pub no_winograd: bool,
     /// Sizes for the model's symbolic input dimensions (used where a command loads the model
     /// file itself: `collage compile / run / bench / explain`).
     pub bindings: crate::frontend::onnx::Bindings,
@@ -120,7 +123,10 @@ pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
 /// follows it, fusion, arena, C and glue.
 pub fn compile(mut g: Graph, symbol: &str, opts: &Options) -> Result<Compiled> {
     g.limits = opts.limits();
-    crate::passes::run(&mut g, crate::passes::PIPELINE)?;
+    crate::passes::run(
+        &mut g,
+        &crate::passes::pipeline_for(&opts.backends, !opts.no_winograd)?,
+    )?;
     let target = opts
         .target
         .clone()

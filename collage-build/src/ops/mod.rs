@@ -30,6 +30,7 @@ pub mod signal;
 pub(crate) mod testing;
 pub mod text;
 pub mod training;
+pub mod winograd;
 
 pub use attrs::{Attr, Attrs};
 
@@ -298,6 +299,10 @@ pub fn lookup(op_type: &str) -> Option<Constructor> {
         .find(|(n, _)| *n == op_type)
         .map(|(_, c)| *c)
 }
+
+/// Operators that graph passes create and no model names (the registry's [`lookup`] does not
+/// know them): the C backend lowers them like any other.
+pub const INTERNAL: &[&str] = &["WinogradConv"];
 
 /// Every registered op type, sorted.
 pub fn registered() -> Vec<&'static str> {

@@ -1968,6 +1968,29 @@ pub fn conv_transpose_fold(
     })
 }
 
+/// The begin pads and output size of a convolution that F(4x4, 3x3) computes
+/// ([`super::winograd`]): one group, a 3x3 kernel, stride and dilation 1, over a rank-4 input
+/// `x` with weights `w`; `None` for any other.
+pub fn winograd_geometry(
+    op: &dyn super::Operator,
+    x: &TensorType,
+    w: &TensorType,
+) -> Option<([usize; 2], [usize; 2])> {
+    let conv = op.as_any().downcast_ref::<Conv>()?;
+    if conv.group != 1 || x.rank() != 4 || w.rank() != 4 || w.shape[2..] != [3, 3] {
+        return None;
+    }
+    let geo = conv.geom(x, w).ok()?;
+    if geo.strides.iter().any(|&s| s != 1) || geo.dil.iter().any(|&d| d != 1) {
+        return None;
+    }
+    let pads = [
+        usize::try_from(geo.pb[0]).ok()?,
+        usize::try_from(geo.pb[1]).ok()?,
+    ];
+    Some((pads, [geo.out[0], geo.out[1]]))
+}
+
 /// True for a Conv operator.
 pub fn is_conv(op: &dyn super::Operator) -> bool {
     op.op_type() == "Conv"

@@ -93,22 +93,19 @@ fn as_conv(
 /// to `g`; `None` (nothing added) where it is not a foldable `ConvTranspose` of f32 with
 /// constant weights (and bias).
 fn rewrite(g: &mut Graph, ni: usize) -> Option<Vec<Node>> {
-    let node = &g.nodes[ni];
-    if node.op.op_type() != "ConvTranspose" || node.outputs.len() != 1 {
+    let super::ConstConv {
+        name,
+        x,
+        xt,
+        w,
+        bias,
+        y,
+    } = super::const_conv(g, ni, "ConvTranspose")?;
+    if xt.rank() != 4 || w.ty.rank() != 4 {
         return None;
     }
-    let x = node.inputs.first().copied().flatten()?;
-    let w = g.konst(node.inputs.get(1).copied().flatten()?)?.clone();
-    let bias = match node.inputs.get(2).copied().flatten() {
-        Some(b) => Some(g.konst(b)?.clone()),
-        None => None,
-    };
-    let xt = g.value(x).ty.clone()?;
-    if xt.dtype != DType::F32 || w.ty.dtype != DType::F32 || xt.rank() != 4 || w.ty.rank() != 4 {
-        return None;
-    }
-    let fold = conv_transpose_fold(node.op.as_ref(), &xt.shape[2..], &w.ty.shape[2..])?;
-    let (name, y) = (node.name.clone(), node.outputs[0]);
+    let node_op = g.nodes[ni].op.as_ref();
+    let fold = conv_transpose_fold(node_op, &xt.shape[2..], &w.ty.shape[2..])?;
     let (n, c, h, wd) = (xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]);
     let (m, kh, kw) = (w.ty.shape[1], w.ty.shape[2], w.ty.shape[3]);
     let k = kh * kw;

@@ -6,12 +6,13 @@ mod dce;
 mod deconv;
 mod einsum;
 mod infer;
+mod winograd;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::ir::{verify, Graph, Node};
+use crate::ir::{verify, DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{lookup, Attr, Attrs, OpCx, Operator};
 
 pub use infer::infer_and_fold;
@@ -30,6 +31,21 @@ pub const PIPELINE: &[Pass] = &[
     ("einsum", einsum::run),
     ("dce", dce::run),
 ];
+
+/// The pipeline for a build on the backends of `backends` (a `--backends` list, empty for every
+/// available one): [`PIPELINE`], with 3x3 convolutions rewritten as Winograd F(m x m, 3x3)
+/// (`winograd`, before `dce`) where `winograd` is on and the generated code comes first for
+/// convolutions — the `c` backend is in the list before any library backend that runs them.
+/// That rewrite takes the convolution from the libraries (only `c` runs its node), so a list
+/// that puts a library first keeps the `Conv`s for it.
+pub fn pipeline_for(backends: &str, winograd: bool) -> Result<Vec<Pass>> {
+    let mut passes = PIPELINE.to_vec();
+    if winograd && winograd::applies(&crate::backend::select(backends)?) {
+        let at = passes.len() - 1;
+        passes.insert(at, ("winograd", winograd::run));
+    }
+    Ok(passes)
+}
 
 /// Runs `passes` in order, verifying the graph after each.
 pub fn run(g: &mut Graph, passes: &[Pass]) -> Result<()> {
@@ -90,4 +106,46 @@ pub(crate) fn op(
         n_outputs: 1,
     })
     .ok()
+}
+
+/// A convolution-like node of f32 with constant weights (and bias), as the rewrites of
+/// convolutions (`deconv`, `winograd`) take it.
+pub(crate) struct ConstConv {
+    /// The node's name.
+    pub name: String,
+    /// The input and its type.
+    pub x: ValueId,
+    pub xt: TensorType,
+    /// The weights and the bias.
+    pub w: Arc<Tensor>,
+    pub bias: Option<Arc<Tensor>>,
+    /// The output.
+    pub y: ValueId,
+}
+
+/// Node `ni` as a [`ConstConv`] when it is an `op_type` node with one output, an f32 input of
+/// known type and constant f32 weights and bias; `None` otherwise.
+pub(crate) fn const_conv(g: &Graph, ni: usize, op_type: &str) -> Option<ConstConv> {
+    let node = &g.nodes[ni];
+    if node.op.op_type() != op_type || node.outputs.len() != 1 {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let w = g.konst(node.inputs.get(1).copied().flatten()?)?.clone();
+    let bias = match node.inputs.get(2).copied().flatten() {
+        Some(b) => Some(g.konst(b)?.clone()),
+        None => None,
+    };
+    let xt = g.value(x).ty.clone()?;
+    if xt.dtype != DType::F32 || w.ty.dtype != DType::F32 {
+        return None;
+    }
+    Some(ConstConv {
+        name: node.name.clone(),
+        x,
+        xt,
+        w,
+        bias,
+        y: node.outputs[0],
+    })
 }

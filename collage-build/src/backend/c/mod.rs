@@ -24,7 +24,7 @@ impl Backend for CBackend {
     }
 
     fn supports(&self, op_type: &str, _kind: OpKind) -> bool {
-        crate::ops::lookup(op_type).is_some()
+        crate::ops::lookup(op_type).is_some() || crate::ops::INTERNAL.contains(&op_type)
     }
 
     /// Every operator on its own, and the fusions the code generator performs (elementwise
