@@ -8,6 +8,7 @@ use std::path::Path;
 
 use collage_build::driver::Options;
 use collage_build::ir::{DType, Graph, Tensor, TensorType, ValueId};
+use collage_build::ops::winograd::WinogradConv;
 use collage_build::ops::{lookup, Attr, Attrs, OpCx};
 use collage_build::te::{Isa, PlanKind};
 use collage_build::{passes, tensor};
@@ -229,13 +230,15 @@ fn convolutions_through_im2col_and_direct() {
 /// case first checks that the rewrite happened, so that the comparison is of the Winograd code.
 #[test]
 fn winograd_convolutions_match_the_direct_convolution() {
-    // (input shape, output channels, pads [top, left, bottom, right], bias)
-    let cases: &[(&[usize], usize, [i64; 4], bool)] = &[
-        (&[1, 16, 24, 24], 16, [1, 1, 1, 1], true), // 6x6 whole tiles
-        (&[2, 20, 23, 30], 24, [1, 1, 1, 1], true), // a batch, partial tiles
-        (&[1, 16, 26, 27], 32, [0, 2, 1, 0], false), // asymmetric pads, no bias
+    // (input shape, output channels, pads [top, left, bottom, right], bias, output tile)
+    let cases: &[(&[usize], usize, [i64; 4], bool, usize)] = &[
+        (&[1, 16, 24, 24], 16, [1, 1, 1, 1], true, 4), // 6x6 whole tiles
+        (&[2, 20, 23, 30], 24, [1, 1, 1, 1], true, 4), // a batch, partial tiles
+        (&[1, 16, 26, 27], 32, [0, 2, 1, 0], false, 4), // asymmetric pads, no bias
+        (&[1, 16, 14, 14], 24, [1, 1, 1, 1], true, 2), // 7x7 tiles of 2x2
+        (&[1, 24, 13, 15], 16, [0, 1, 2, 0], false, 2), // 2x2, partial, asymmetric
     ];
-    for (i, &(xs, co, pads, bias)) in cases.iter().enumerate() {
+    for (i, &(xs, co, pads, bias, tile)) in cases.iter().enumerate() {
         let build = |g: &mut Graph, x: ValueId| {
             let w = g.add_const("w", rand(&[co, xs[1], 3, 3], 11));
             let mut inputs = vec![x, w];
@@ -252,13 +255,14 @@ fn winograd_convolutions_match_the_direct_convolution() {
         let y = build(&mut g, x);
         g.outputs.push(y);
         let c = collage_build::driver::compile(g, "t", &Options::default()).unwrap();
-        assert!(
-            c.graph
-                .nodes
-                .iter()
-                .any(|n| n.op.op_type() == "WinogradConv"),
-            "case {i} is not computed as Winograd"
-        );
+        let tiles: Vec<usize> = c
+            .graph
+            .nodes
+            .iter()
+            .filter_map(|n| n.op.as_any().downcast_ref::<WinogradConv>())
+            .map(|w| w.tile)
+            .collect();
+        assert_eq!(tiles, [tile], "case {i}: the Winograd tiles");
         check(&format!("winograd{i}"), xs, build);
     }
     for isa in [Isa::Avx2, Isa::Base] {
