@@ -20,7 +20,7 @@ use crate::ops::nn::winograd_geometry;
 use crate::ops::winograd::{transform_kernel, Tables, WinogradConv, F2, F4};
 use crate::ops::OpKind;
 
-/// The fewest 4x4 output tiles (over the batch) a convolution is computed on as F(4x4, 3x3).
+/// The fewest output tiles in one image a convolution is computed on as Winograd.
 pub const MIN_TILES: usize = 36;
 /// The fewest input and output channels.
 pub const MIN_CHANNELS: usize = 16;
@@ -46,12 +46,13 @@ pub fn run(g: &mut Graph) -> Result<()> {
     super::replace_nodes(g, rewrite)
 }
 
-/// The larger tile that has [`MIN_TILES`] tiles over a batch of `n` outputs of size `out` and a
+/// The larger tile that has [`MIN_TILES`] tiles in one image of outputs of size `out` and a
 /// transformed kernel of at most [`MAX_U_BYTES`] for `c -> co` channels: F(4x4, 3x3), else
-/// F(2x2, 3x3), else none.
-fn choose(n: usize, out: [usize; 2], c: usize, co: usize) -> Option<Tables> {
+/// F(2x2, 3x3), else none. Per image, not over the batch: the variants of a model built at
+/// several batch sizes then transform their weights alike and share them.
+fn choose(out: [usize; 2], c: usize, co: usize) -> Option<Tables> {
     [F4, F2].into_iter().find(|f| {
-        let tiles = n * out[0].div_ceil(f.tile) * out[1].div_ceil(f.tile);
+        let tiles = out[0].div_ceil(f.tile) * out[1].div_ceil(f.tile);
         tiles >= MIN_TILES && f.alpha() * f.alpha() * c * co * 4 <= MAX_U_BYTES
     })
 }
@@ -67,11 +68,11 @@ fn rewrite(g: &mut Graph, ni: usize) -> Option<Vec<Node>> {
     } = super::const_conv(g, ni, "Conv")?;
     let node = &g.nodes[ni];
     let (pads, out) = winograd_geometry(node.op.as_ref(), &xt, &w.ty)?;
-    let (n, c, co) = (xt.shape[0], xt.shape[1], w.ty.shape[0]);
+    let (c, co) = (xt.shape[1], w.ty.shape[0]);
     if c < MIN_CHANNELS || co < MIN_CHANNELS {
         return None;
     }
-    let f = choose(n, out, c, co)?;
+    let f = choose(out, c, co)?;
     let a = f.alpha();
     let wv: Vec<f64> = (0..w.ty.numel()).map(|k| w.get_f64(k)).collect();
     let u = Tensor::from_f64_as(
