@@ -491,7 +491,7 @@ impl Build {
         g.limits = opts.limits();
         crate::passes::run(
             &mut g,
-            &crate::passes::pipeline_for(&opts.backends, !opts.no_winograd)?,
+            &crate::driver::pipeline(&opts.backends, opts.no_winograd)?,
         )?;
         let report = crate::driver::tune_graph(
             &g,

@@ -534,7 +534,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             let mut g = collage_build::frontend::onnx::load_with(&model, &bind.bindings())?;
             collage_build::passes::run(
                 &mut g,
-                &collage_build::passes::pipeline_for(&backends, true)?,
+                &collage_build::driver::pipeline(&backends, false)?,
             )?;
             let opts = Options {
                 backends,

@@ -64,7 +64,7 @@ pub struct Options {
     pub no_layout: bool,
     /// Form no groups: a debugging switch.
     pub no_groups: bool,
-    /// Keep 3x3 convolutions direct instead of Winograd F(m x m, 3x3) (`passes::pipeline_for`):
+    /// Keep 3x3 convolutions direct instead of Winograd F(m x m, 3x3) (`pipeline`):
     /// for results closer to a direct convolution's rounding.
     pub no_winograd: bool,
     /// Sizes for the model's symbolic input dimensions (used where a command loads the model
@@ -113,6 +113,24 @@ pub fn assignment_of(g: &Graph, parts: &[Part]) -> Vec<(u32, Option<BackendId>)>
     a
 }
 
+/// The graph's passes for a build on the backends of `backends` (a `--backends` list, empty
+/// for every available one): `passes::pipeline_for`, with the Winograd rewrite unless
+/// `no_winograd` or a library backend that runs `Conv` comes before `c` in the list (the
+/// rewritten node runs only on `c`, so a list that puts a library first keeps its `Conv`s).
+pub fn pipeline(backends: &str, no_winograd: bool) -> Result<Vec<crate::passes::Pass>> {
+    let mut winograd = false;
+    for b in crate::backend::select(backends)? {
+        if b.id() == BackendId::C {
+            winograd = !no_winograd;
+            break;
+        }
+        if b.supports("Conv", crate::ops::OpKind::OutElementwiseFusable) {
+            break;
+        }
+    }
+    Ok(crate::passes::pipeline_for(winograd))
+}
+
 /// Compiles an imported graph with the default options (every available backend, no cost
 /// cache): see [`compile`].
 pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
@@ -123,10 +141,7 @@ pub fn compile_graph(g: Graph, symbol: &str) -> Result<Compiled> {
 /// follows it, fusion, arena, C and glue.
 pub fn compile(mut g: Graph, symbol: &str, opts: &Options) -> Result<Compiled> {
     g.limits = opts.limits();
-    crate::passes::run(
-        &mut g,
-        &crate::passes::pipeline_for(&opts.backends, !opts.no_winograd)?,
-    )?;
+    crate::passes::run(&mut g, &pipeline(&opts.backends, opts.no_winograd)?)?;
     let target = opts
         .target
         .clone()

@@ -32,19 +32,17 @@ pub const PIPELINE: &[Pass] = &[
     ("dce", dce::run),
 ];
 
-/// The pipeline for a build on the backends of `backends` (a `--backends` list, empty for every
-/// available one): [`PIPELINE`], with 3x3 convolutions rewritten as Winograd F(m x m, 3x3)
-/// (`winograd`, before `dce`) where `winograd` is on and the generated code comes first for
-/// convolutions — the `c` backend is in the list before any library backend that runs them.
-/// That rewrite takes the convolution from the libraries (only `c` runs its node), so a list
-/// that puts a library first keeps the `Conv`s for it.
-pub fn pipeline_for(backends: &str, winograd: bool) -> Result<Vec<Pass>> {
+/// [`PIPELINE`], with 3x3 convolutions rewritten as Winograd F(m x m, 3x3) (`winograd`, before
+/// `dce`) where `winograd` is on. The rewrite takes the convolution from the libraries (only
+/// `c` runs its node): `driver::pipeline` turns it on where the generated code comes first
+/// for convolutions.
+pub fn pipeline_for(winograd: bool) -> Vec<Pass> {
     let mut passes = PIPELINE.to_vec();
-    if winograd && winograd::applies(&crate::backend::select(backends)?) {
+    if winograd {
         let at = passes.len() - 1;
         passes.insert(at, ("winograd", winograd::run));
     }
-    Ok(passes)
+    passes
 }
 
 /// Runs `passes` in order, verifying the graph after each.

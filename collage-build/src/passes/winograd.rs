@@ -13,12 +13,10 @@
 //! layers neither.
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendId};
 use crate::error::Result;
 use crate::ir::{DType, Graph, Node, Tensor};
 use crate::ops::nn::winograd_geometry;
 use crate::ops::winograd::{transform_kernel, Tables, WinogradConv, F2, F4};
-use crate::ops::OpKind;
 
 /// The fewest output tiles in one image a convolution is computed on as Winograd.
 pub const MIN_TILES: usize = 36;
@@ -26,20 +24,6 @@ pub const MIN_TILES: usize = 36;
 pub const MIN_CHANNELS: usize = 16;
 /// The largest transformed kernel, in bytes.
 pub const MAX_U_BYTES: usize = 8 << 20;
-
-/// Whether the rewrite applies to a build on `backends` (in priority order): the `c` backend
-/// comes before every backend that runs convolutions itself.
-pub fn applies(backends: &[Box<dyn Backend>]) -> bool {
-    for b in backends {
-        if b.id() == BackendId::C {
-            return true;
-        }
-        if b.supports("Conv", OpKind::OutElementwiseFusable) {
-            return false;
-        }
-    }
-    false
-}
 
 /// Rewrites every eligible `Conv` (module docs), then types the new values.
 pub fn run(g: &mut Graph) -> Result<()> {
