@@ -32,6 +32,7 @@ pub fn options() -> Options {
         schedule_seed: None,
         no_layout: false,
         no_groups: false,
+        no_winograd: false,
         bindings: Default::default(),
     }
 }
