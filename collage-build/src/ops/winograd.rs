@@ -90,15 +90,6 @@ pub const F2: Tables = Tables {
     at: &[&[1.0, 1.0, 1.0, 0.0], &[0.0, 1.0, -1.0, -1.0]],
 };
 
-/// The tables of F(`tile`, 3), for a tile of 4 or 2.
-pub fn tables(tile: usize) -> Option<Tables> {
-    match tile {
-        4 => Some(F4),
-        2 => Some(F2),
-        _ => None,
-    }
-}
-
 /// The transformed kernel `U[xi * a + nu, c, co] = (G g[co, c] G^T)[xi, nu]` of weights `w`
 /// (`[co, c, 3, 3]`, row-major), computed in f64.
 pub fn transform_kernel(f: &Tables, w: &[f64], co: usize, c: usize) -> Vec<f64> {
