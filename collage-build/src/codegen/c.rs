@@ -640,7 +640,7 @@ struct RowMember {
 }
 
 /// The loop of a row group's instances (`r{last}`), over a range of scratch slots: each slot
-/// takes instances `slot, slot + slots, ..`; an instance runs every member, in order, over the
+/// takes one contiguous share of the instances ([`slot_task`]); an instance runs every member, in order, over the
 /// outer iterations of its positions `[p0, p1)` (`k{member}_row`, [`RowTrips`]). Returns the
 /// task's name.
 fn emit_row_task(out: &mut CWriter, p: &Program, g: &RowGroup, isa: Isa) -> String {
@@ -693,7 +693,10 @@ fn emit_row_task(out: &mut CWriter, p: &Program, g: &RowGroup, isa: Isa) -> Stri
 }
 
 /// The task `fname` of a group's instances over a range of its `s` scratch slots: each slot
-/// takes instances `q = slot, slot + s, ..` below `k`; `body` prints one instance (`q`, `s`).
+/// takes one contiguous share of the `k` instances (`[slot * k / s, (slot + 1) * k / s)`), so
+/// that the instances a thread runs in turn share their operands in its caches (an attention's
+/// keys and values of one head, a convolution's input rows); `body` prints one instance (`q`,
+/// `s`).
 fn slot_task(out: &mut CWriter, fname: &str, k: usize, s: usize, body: impl FnOnce(&mut CWriter)) {
     out.open(format!(
         "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
@@ -701,7 +704,9 @@ fn slot_task(out: &mut CWriter, fname: &str, k: usize, s: usize, body: impl FnOn
     out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
     out.line("for (int64_t s = begin; s < end; ++s)");
     out.indented(|out| {
-        out.open(format!("for (int64_t q = s; q < {k}; q += {s}) {{"));
+        out.open(format!(
+            "for (int64_t q = s * {k} / {s}; q < (s + 1) * {k} / {s}; ++q) {{"
+        ));
         body(out);
         out.close("}");
     });
@@ -709,7 +714,7 @@ fn slot_task(out: &mut CWriter, fname: &str, k: usize, s: usize, body: impl FnOn
 }
 
 /// The loop of a group's instances (`g{consumer}`), over a range of scratch slots: each slot
-/// takes instances `slot, slot + slots, ..`; an instance fills its slot with the producer's
+/// takes one contiguous share of the instances ([`slot_task`]); an instance fills its slot with the producer's
 /// columns `[c0, c1)` (`k{producer}_fill`), then runs the consumer's outer iterations of those
 /// columns (`inst`, the consumer's `_inst` function of `n_outer` iterations in all). Returns the
 /// task's name.
