@@ -156,6 +156,71 @@ fn matmul_with_constant_weights_in_every_layout() {
     }
 }
 
+/// A `Gather` of constant indices feeding a matrix product (a transformer's class token read by
+/// its classifier). Indices that are an arithmetic progression lower to an affine index, the rest
+/// to a load of the index; the expected values are gathered here, element by element, from the
+/// ONNX definition (negative indices count from the end), not by the interpreter, which lowers
+/// the node the same way.
+#[test]
+fn gathers_of_constant_indices_feed_products() {
+    let (a, n, e, f) = (2, 5, 40, 24);
+    let cases: [(&str, Vec<usize>, Vec<i64>); 5] = [
+        ("scalar", vec![], vec![3]),
+        ("negative_step", vec![2], vec![-1, -3]),
+        ("repeated", vec![3], vec![1, 1, 1]),
+        ("unordered", vec![3], vec![0, 2, 1]),
+        ("matrix", vec![2, 2], vec![0, 1, 2, 3]),
+    ];
+    let x = rand(&[a, n, e], 7).to_f32();
+    let w = rand(&[e, f], 3);
+    let wv = w.to_f32();
+    for (name, ishape, ind) in cases {
+        let g_in: usize = ishape.iter().product();
+        let mut g = Graph::new("gather");
+        let xv = g.add_value("x", Some(TensorType::new(DType::F32, [a, n, e])));
+        g.inputs.push(xv);
+        let iv = g.add_const("i", Tensor::from_i64(&ishape, &ind));
+        let mut at = BTreeMap::new();
+        at.insert("axis".to_string(), Attr::Int(1));
+        let gv = node(&mut g, "Gather", Attrs(at), vec![xv, iv]);
+        let wc = g.add_const("w", w.clone());
+        let y = node(&mut g, "MatMul", Attrs::default(), vec![gv, wc]);
+        g.outputs.push(y);
+        let mut want = vec![0f32; a * g_in * f];
+        for b in 0..a {
+            for (q, &i) in ind.iter().enumerate() {
+                let r = if i < 0 { i + n as i64 } else { i } as usize;
+                for o in 0..f {
+                    let dot: f64 = (0..e)
+                        .map(|k| x[(b * n + r) * e + k] as f64 * wv[k * f + o] as f64)
+                        .sum();
+                    want[(b * g_in + q) * f + o] = dot as f32;
+                }
+            }
+        }
+        let mut oshape = vec![a];
+        oshape.extend(&ishape);
+        oshape.push(f);
+        let want = Tensor::from_f32(&oshape, &want);
+        let c = collage_build::driver::compile(g, "t", &Options::default()).unwrap();
+        let work =
+            std::env::temp_dir().join(format!("collage-gather-{name}-{}", std::process::id()));
+        let mut m =
+            collage_build::native::NativeModel::build_defines(&c, &work, "-O2", &[]).unwrap();
+        for threads in [1, 2] {
+            let got = m
+                .run(
+                    &[Tensor::from_f32(&[a, n, e], &x)],
+                    &Executor::with_threads(threads),
+                )
+                .unwrap();
+            let (ok, err) = tensor::compare(&got[0], &want);
+            assert!(ok, "gather {name}, {threads} threads: max error {err}");
+        }
+        let _ = std::fs::remove_dir_all(&work);
+    }
+}
+
 #[test]
 fn batched_matmul_of_two_activations() {
     check("bmm", &[2, 3, 16, 40], |g, x| {

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::error::OpError;
 use crate::te::{Expr, Src};
-use crate::tensor::{DType, TensorType};
+use crate::tensor::{DType, Tensor, TensorType};
 
 /// Integer index types.
 const INDEX: &[DType] = &[DType::I32, DType::I64];
@@ -423,6 +423,28 @@ fn check_const_indices(cx: &InferCx, axis: usize) -> OpResult<()> {
     Ok(())
 }
 
+/// Constant indices of rank at most 1 into a dimension of `n` that are an arithmetic
+/// progression, normalised into `[0, n)` (`infer` checked the range): `(first, step)`.
+fn const_progression(c: Option<&Option<Arc<Tensor>>>, n: usize) -> Option<(i64, i64)> {
+    let t = c?.as_deref()?;
+    if t.ty.rank() > 1 || t.numel() == 0 {
+        return None;
+    }
+    let at = |k: usize| {
+        let i = t.get_i64(k);
+        if i < 0 {
+            i + n as i64
+        } else {
+            i
+        }
+    };
+    let first = at(0);
+    let step = if t.numel() > 1 { at(1) - first } else { 0 };
+    (1..t.numel())
+        .all(|k| at(k) == first + step * k as i64)
+        .then_some((first, step))
+}
+
 /// `Gather`: `out[a.., i.., b..] = data[a.., indices[i..], b..]` along `axis`.
 #[derive(Debug)]
 struct Gather {
@@ -457,10 +479,17 @@ impl Operator for Gather {
         let x = cx.input(0).clone();
         let axis = norm_axis(self.axis, x.rank())?;
         let q = cx.input(1).rank();
-        let ind =
-            Expr::load(Src::Arg(1), (axis..axis + q).map(Expr::var).collect()).cast(DType::I64);
         let mut idx: Vec<Expr> = (0..axis).map(Expr::var).collect();
-        idx.push(wrap_index(ind, x.shape[axis]));
+        idx.push(match const_progression(cx.consts.get(1), x.shape[axis]) {
+            // Affine, so the consumer's planner sees an ordinary load (a transformer's class
+            // token, `x[:, 0]`, read by its classifier's matrix product).
+            Some((start, _)) if q == 0 => Expr::i(start),
+            Some((start, step)) => Expr::i(start).add(Expr::var(axis).mul(Expr::i(step))),
+            None => wrap_index(
+                Expr::load(Src::Arg(1), (axis..axis + q).map(Expr::var).collect()).cast(DType::I64),
+                x.shape[axis],
+            ),
+        });
         idx.extend((axis + 1..x.rank()).map(|k| Expr::var(k + q - 1)));
         let out = cx.output(0).clone();
         Ok(vec![cx.stage(out, Expr::load(Src::Arg(0), idx))])
