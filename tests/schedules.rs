@@ -14,6 +14,8 @@ use collage_build::te::{Isa, PlanKind};
 use collage_build::{passes, tensor};
 use collage_runtime::Executor;
 
+mod common;
+
 fn rand(shape: &[usize], seed: u64) -> Tensor {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let n: usize = shape.iter().product();
@@ -442,6 +444,27 @@ fn reductions_and_pools() {
     check("reduce", &[4, 5, 66], |g, x| {
         node(g, "ReduceMean", ints(&[("axes", vec![1])]), vec![x])
     });
+    // Strided windows without padding over rows that fill a vector: the window plan with no
+    // bounds (each asserted, so that a change of plan cannot pass unnoticed).
+    for (op, k, s, hw) in [("MaxPool", 3, 2, 41), ("AveragePool", 2, 2, 38)] {
+        let build = |g: &mut Graph, x| {
+            let at = ints(&[("kernel_shape", vec![k, k]), ("strides", vec![s, s])]);
+            node(g, op, at, vec![x])
+        };
+        let shape = [2, 3, hw, hw];
+        let mut g = Graph::new("pool");
+        let xv = g.add_value("x", Some(TensorType::new(DType::F32, shape)));
+        g.inputs.push(xv);
+        let y = build(&mut g, xv);
+        g.outputs.push(y);
+        let c = collage_build::driver::compile(g, "t", &Options::default()).unwrap();
+        let plans = common::printed_plans(&c.c_source);
+        assert!(
+            plans.values().any(|p| p.starts_with("window")),
+            "{op}: {plans:?}"
+        );
+        check(&format!("unpadded_{op}"), &shape, build);
+    }
 }
 
 /// Runs `op` (a one-input ONNX operator) on `xs` through the generated C (`-O2`) and checks

@@ -1010,7 +1010,7 @@ fn emit_stage(
             let w = win.expect("checked");
             let (l, n) = (rank - 1, shape[rank - 1]);
             let init = scalar(r.op.init(st.ty.dtype));
-            out.line(format!("{cty} accr[{n}];"));
+            out.line(format!("{cty} accr[{n}] CL_STACK_ALIGNED;"));
             out.line(format!(
                 "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
             ));
@@ -1315,7 +1315,7 @@ impl RowPlan {
             }
         }
         let init = scalar(r.op.init(st.ty.dtype));
-        out.line(format!("{cty} accv[{jn}][{t}];"));
+        out.line(format!("{cty} accv[{jn}][{t}] CL_STACK_ALIGNED;"));
         out.line(format!("for (int64_t j = 0; j < {jn}; ++j) for (int64_t i{v} = 0; i{v} < {t}; ++i{v}) accv[j][i{v}] = {init};"));
         open_reduction(out, &r.extents);
         let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);

@@ -323,6 +323,12 @@ static inline float cl_sincosf_(float x, int64_t shift) {
 static inline float cl_sinf(float x) { return cl_sincosf_(x, 0); }
 static inline float cl_cosf(float x) { return cl_sincosf_(x, 1); }
 
+/* Rows of accumulators on the stack are declared 64-byte aligned: GCC 12 raises a short local
+   array's alignment to vectorise its loops and may then address it in the red zone at an
+   offset it wrongly takes as aligned (an aligned store faulting on an unpadded strided pool's
+   80-byte row); a declared alignment makes it realign the frame itself. */
+#define CL_STACK_ALIGNED __attribute__((aligned(64)))
+
 /* Vector types (GCC / Clang vector extensions) for register-blocked kernels; unaligned access. */
 typedef float cl_f32x16 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef float cl_f32x8 __attribute__((vector_size(32), aligned(4), may_alias));
