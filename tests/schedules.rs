@@ -62,6 +62,20 @@ fn ints(pairs: &[(&str, Vec<i64>)]) -> Attrs {
     Attrs(m)
 }
 
+/// The graph `name` of one f32 input `x` of `shape` and the one output `build(x)`.
+fn input_graph(
+    name: &str,
+    shape: &[usize],
+    build: impl FnOnce(&mut Graph, ValueId) -> ValueId,
+) -> Graph {
+    let mut g = Graph::new(name);
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, shape)));
+    g.inputs.push(x);
+    let y = build(&mut g, x);
+    g.outputs.push(y);
+    g
+}
+
 /// Compiles `build(x)` with `x` a run-time input and with `x` a constant, and compares.
 fn check(
     name: &str,
@@ -178,16 +192,14 @@ fn gathers_of_constant_indices_feed_products() {
     let wv = w.to_f32();
     for (name, ishape, ind) in cases {
         let g_in: usize = ishape.iter().product();
-        let mut g = Graph::new("gather");
-        let xv = g.add_value("x", Some(TensorType::new(DType::F32, [a, n, e])));
-        g.inputs.push(xv);
-        let iv = g.add_const("i", Tensor::from_i64(&ishape, &ind));
-        let mut at = BTreeMap::new();
-        at.insert("axis".to_string(), Attr::Int(1));
-        let gv = node(&mut g, "Gather", Attrs(at), vec![xv, iv]);
-        let wc = g.add_const("w", w.clone());
-        let y = node(&mut g, "MatMul", Attrs::default(), vec![gv, wc]);
-        g.outputs.push(y);
+        let g = input_graph("gather", &[a, n, e], |g, xv| {
+            let iv = g.add_const("i", Tensor::from_i64(&ishape, &ind));
+            let mut at = BTreeMap::new();
+            at.insert("axis".to_string(), Attr::Int(1));
+            let gv = node(g, "Gather", Attrs(at), vec![xv, iv]);
+            let wc = g.add_const("w", w.clone());
+            node(g, "MatMul", Attrs::default(), vec![gv, wc])
+        });
         let mut want = vec![0f32; a * g_in * f];
         for b in 0..a {
             for (q, &i) in ind.iter().enumerate() {
@@ -316,11 +328,7 @@ fn winograd_convolutions_match_the_direct_convolution() {
             let y = node(g, "Conv", a, inputs);
             node(g, "Relu", Attrs::default(), vec![y])
         };
-        let mut g = Graph::new("winograd");
-        let x = g.add_value("x", Some(TensorType::new(DType::F32, xs)));
-        g.inputs.push(x);
-        let y = build(&mut g, x);
-        g.outputs.push(y);
+        let g = input_graph("winograd", xs, build);
         let c = collage_build::driver::compile(g, "t", &Options::default()).unwrap();
         let tiles: Vec<usize> = c
             .graph
@@ -452,11 +460,7 @@ fn reductions_and_pools() {
             node(g, op, at, vec![x])
         };
         let shape = [2, 3, hw, hw];
-        let mut g = Graph::new("pool");
-        let xv = g.add_value("x", Some(TensorType::new(DType::F32, shape)));
-        g.inputs.push(xv);
-        let y = build(&mut g, xv);
-        g.outputs.push(y);
+        let g = input_graph("pool", &shape, build);
         let c = collage_build::driver::compile(g, "t", &Options::default()).unwrap();
         let plans = common::printed_plans(&c.c_source);
         assert!(
@@ -470,11 +474,9 @@ fn reductions_and_pools() {
 /// Runs `op` (a one-input ONNX operator) on `xs` through the generated C (`-O2`) and checks
 /// every output against `want` in f64: within `rel` of it, or `abs` near zero.
 fn unary_is_accurate(op: &str, xs: &[f32], want: fn(f64) -> f64, rel: f64, abs: f64) {
-    let mut g = Graph::new(op);
-    let x = g.add_value("x", Some(TensorType::new(DType::F32, [xs.len()])));
-    g.inputs.push(x);
-    let y = node(&mut g, op, Attrs::default(), vec![x]);
-    g.outputs.push(y);
+    let g = input_graph(op, &[xs.len()], |g, x| {
+        node(g, op, Attrs::default(), vec![x])
+    });
     let c = collage_build::compile_graph(g, "unary").unwrap();
     let work = std::env::temp_dir().join(format!("collage-{op}-{}", std::process::id()));
     let mut m = collage_build::native::NativeModel::build(&c, &work, "-O2").unwrap();
@@ -777,11 +779,7 @@ fn random_schedules_on_random_shapes() {
             node(g, "Relu", Attrs::default(), vec![y])
         };
         check_isa(&name, &[1, ci, h, w], &opts, o, isa, conv);
-        let mut g = Graph::new(&name);
-        let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, ci, h, w])));
-        g.inputs.push(x);
-        let y = conv(&mut g, x);
-        g.outputs.push(y);
+        let g = input_graph(&name, &[1, ci, h, w], conv);
         let c = collage_build::driver::compile(g, "t", &opts).unwrap();
         // The drawn plans may make the GEMM another kind; where it is register-blocked in
         // every variant, the im2col and it form a group.
@@ -1290,11 +1288,7 @@ fn seeds_draw_every_plan_kind() {
     let mut seen = std::collections::BTreeSet::new();
     for seed in (1..=12).map(Some).chain([None]) {
         for (name, shape, build) in &graphs {
-            let mut g = Graph::new(*name);
-            let x = g.add_value("x", Some(TensorType::new(DType::F32, shape.as_slice())));
-            g.inputs.push(x);
-            let y = build(&mut g, x);
-            g.outputs.push(y);
+            let g = input_graph(name, shape, build);
             let opts = Options {
                 backends: "c".into(),
                 schedule_seed: seed,

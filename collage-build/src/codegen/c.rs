@@ -640,9 +640,9 @@ struct RowMember {
 }
 
 /// The loop of a row group's instances (`r{last}`), over a range of scratch slots: each slot
-/// takes one contiguous share of the instances ([`slot_task`]); an instance runs every member, in order, over the
-/// outer iterations of its positions `[p0, p1)` (`k{member}_row`, [`RowTrips`]). Returns the
-/// task's name.
+/// takes one contiguous share of the instances ([`slot_task`]); an instance runs every member,
+/// in order, over the outer iterations of its positions `[p0, p1)` (`k{member}_row`,
+/// [`RowTrips`]). Returns the task's name.
 fn emit_row_task(out: &mut CWriter, p: &Program, g: &RowGroup, isa: Isa) -> String {
     let variant = isa.suffix();
     let fname = format!("r{}{variant}", g.last());
@@ -714,10 +714,10 @@ fn slot_task(out: &mut CWriter, fname: &str, k: usize, s: usize, body: impl FnOn
 }
 
 /// The loop of a group's instances (`g{consumer}`), over a range of scratch slots: each slot
-/// takes one contiguous share of the instances ([`slot_task`]); an instance fills its slot with the producer's
-/// columns `[c0, c1)` (`k{producer}_fill`), then runs the consumer's outer iterations of those
-/// columns (`inst`, the consumer's `_inst` function of `n_outer` iterations in all). Returns the
-/// task's name.
+/// takes one contiguous share of the instances ([`slot_task`]); an instance fills its slot with
+/// the producer's columns `[c0, c1)` (`k{producer}_fill`), then runs the consumer's outer
+/// iterations of those columns (`inst`, the consumer's `_inst` function of `n_outer`
+/// iterations in all). Returns the task's name.
 fn emit_group_task(
     out: &mut CWriter,
     p: &Program,

@@ -21,9 +21,9 @@
 //! [`MIN_INSTANCES`](super::group::MIN_INSTANCES) instances (all that fit when none does), the
 //! block is the largest whose scratch slots fit half of L1d — the intermediates meet their
 //! readers in L1 — else the smallest (they meet in L2, the least of them live);
-//! `--schedule-seed` draws it among those that fit. Binding: the
-//! instances go in contiguous shares to `min(instances, 32)` slots, one `parallel_for` over the slots;
-//! the seed draws the slots too (any count from one: fewer slots, less scratch, fewer threads).
+//! `--schedule-seed` draws it among those that fit. Binding: the instances go in contiguous
+//! shares to `min(instances, 32)` slots, one `parallel_for` over the slots; the seed draws the
+//! slots too (any count from one: fewer slots, less scratch, fewer threads).
 use crate::fusion::tile::propagate;
 use crate::schedule::kernel::Draw;
 use crate::target::Target;

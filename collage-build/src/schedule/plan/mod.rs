@@ -25,8 +25,7 @@ use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
 use crate::te::{
     BinOp, BufId, BufKind, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
-    PlanChoice, PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window,
-    WindowPlan,
+    PlanChoice, PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, WindowPlan,
 };
 pub(crate) use plane::MAX_LANES;
 
@@ -165,24 +164,12 @@ fn plan_kind(
             if rank <= outer || !(8..=4096).contains(&shape[rank - 1]) {
                 return None;
             }
-            let window = match &st.body {
-                // A pooling window without padding: one load, no guard, valid over the row;
-                // taken where the row fills a vector (on shorter rows the passes over the row
-                // of accumulators cost more than the scalar window: SqueezeNet's 13-wide
-                // pool 136 -> 265 us, its 55-wide one 353 -> 177 us).
-                Expr::Load(..)
-                    if matches!(r.op, RedOp::Max | RedOp::Min | RedOp::Sum)
-                        && st.ty.dtype.is_float()
-                        && shape[rank - 1] >= isa.lanes() =>
-                {
-                    Window {
-                        bounds: Vec::new(),
-                        invariant: Vec::new(),
-                        value: st.body.clone(),
-                    }
-                }
-                _ => window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1)?,
-            };
+            // An unpadded pool where its row fills a vector (on shorter rows the passes over
+            // the row of accumulators cost more than the scalar window: SqueezeNet's 13-wide
+            // pool 136 -> 265 us, its 55-wide one 353 -> 177 us); else a padded window.
+            let window = window::unpadded(&st.body, r.op, st.ty.dtype)
+                .filter(|_| shape[rank - 1] >= isa.lanes())
+                .or_else(|| window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1))?;
             Some(KernelPlan::Window(WindowPlan {
                 outer,
                 n_outer: shape[..outer].iter().product(),

@@ -4,8 +4,9 @@
 //! loops outside and `v` inside over a row of accumulators: for each window point the valid `v`
 //! form one interval, so the inner loop has no guard and walks the input with a constant stride
 //! (vectorisable), and each element still combines its window points in the same order.
+use crate::ir::DType;
 use crate::schedule::analysis::conjuncts;
-use crate::te::{BinOp, Bound, Expr, Scalar, Window};
+use crate::te::{BinOp, Bound, Expr, RedOp, Scalar, Window};
 
 fn mentions(e: &Expr, v: u32) -> bool {
     match e {
@@ -53,6 +54,19 @@ fn linear(e: &Expr, v: u32) -> Option<(i64, Expr)> {
         }
         _ => None,
     }
+}
+
+/// The window of an unpadded pool: a float max, min or sum whose body is one load, with no
+/// guard, so every window point is valid over the whole row (no bounds).
+pub fn unpadded(body: &Expr, op: RedOp, dtype: DType) -> Option<Window> {
+    (matches!(body, Expr::Load(..))
+        && matches!(op, RedOp::Max | RedOp::Min | RedOp::Sum)
+        && dtype.is_float())
+    .then(|| Window {
+        bounds: Vec::new(),
+        invariant: Vec::new(),
+        value: body.clone(),
+    })
 }
 
 /// The window of a reduction body with identity `init`, split for `Var(v)`, when its guard has
