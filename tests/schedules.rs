@@ -961,6 +961,34 @@ fn attention_graph(h: usize, sq: usize, e: usize) -> Graph {
     g
 }
 
+/// Runs each mutation of `c`'s C source (a tag and the source) on `x` and checks that it does
+/// not match `want`: the test sees the `what` broken that way.
+fn every_mutation_fails(
+    c: &collage_build::codegen::Compiled,
+    mutations: &[(&str, String)],
+    x: &Tensor,
+    want: &Tensor,
+    what: &str,
+) {
+    for (tag, src) in mutations {
+        assert_ne!(*src, c.c_source, "mutation {tag} changed nothing");
+        let mut m = c.clone();
+        m.c_source = src.clone();
+        let (ok, err) = runs_to(&m, tag, x, want);
+        assert!(!ok, "mutation {tag} of the {what} passed (max error {err})");
+    }
+}
+
+/// The output of `build(x)`, `x` a constant: what the interpreter folds it to.
+fn folded(name: &str, x: &Tensor, build: impl FnOnce(&mut Graph, ValueId) -> ValueId) -> Tensor {
+    let mut g = Graph::new(name);
+    let xv = g.add_const("x", x.clone());
+    let y = build(&mut g, xv);
+    g.outputs.push(y);
+    passes::run(&mut g, passes::PIPELINE).unwrap();
+    g.konst(g.outputs[0]).expect("folded").as_ref().clone()
+}
+
 /// Runs `c` (whose C source may have been changed) on `x` with 2 threads and compares with
 /// `want`: whether it matches, and the largest error.
 fn runs_to(
@@ -988,16 +1016,7 @@ fn runs_to(
 fn row_groups_of_attention_and_layernorm() {
     let (h, sq, e) = (4, 128, 24);
     let x = rand(&[h, sq, e], 7);
-    let mut folded = Graph::new("attention");
-    let xv = folded.add_const("x", x.clone());
-    let y = attention(&mut folded, xv, e);
-    folded.outputs.push(y);
-    passes::run(&mut folded, passes::PIPELINE).unwrap();
-    let want = folded
-        .konst(folded.outputs[0])
-        .expect("folded")
-        .as_ref()
-        .clone();
+    let want = folded("attention", &x, |g, x| attention(g, x, e));
     let opts = Options {
         backends: "c".into(),
         ..Options::default()
@@ -1054,16 +1073,7 @@ fn row_groups_of_attention_and_layernorm() {
             mutate_order(&c.c_source, &format!("k{first}"), &format!("k{}", g.last())),
         ),
     ];
-    for (tag, src) in mutations {
-        assert_ne!(src, c.c_source, "mutation {tag} changed nothing");
-        let mut m = c.clone();
-        m.c_source = src;
-        let (ok, err) = runs_to(&m, tag, &x, &want);
-        assert!(
-            !ok,
-            "mutation {tag} of the row group passed (max error {err})"
-        );
-    }
+    every_mutation_fails(&c, &mutations, &x, &want, "row group");
 
     // LayerNormalization: mean, variance and normalisation, the first two in scratch.
     let mut g = Graph::new("ln");
@@ -1095,14 +1105,133 @@ fn row_groups_of_attention_and_layernorm() {
     });
 }
 
+/// An expansion (1x1, 16 -> 96 channels, ReLU) and the strided depthwise window that reads it
+/// (3x3, stride 2, padding 1) at 224x224, where the expanded tensor (19 MB) exceeds half of the
+/// default target's last-level cache: they run as a band group, the expansion of each band's
+/// input rows (halo included) in a per-thread scratch slot, never in a full-size buffer. The
+/// group, and those a schedule seed draws, match the interpreter; the tests see a broken group:
+/// a band whose last or first input row is left out (its halo lost), and the window run before
+/// the expansion, give wrong outputs.
+#[test]
+fn band_groups_of_an_expansion_and_its_window() {
+    let (c0, c1, hw) = (16, 96, 224);
+    let build = |g: &mut Graph, x: ValueId| -> ValueId {
+        let we = g.add_const("we", rand(&[c1, c0, 1, 1], 21));
+        let be = g.add_const("be", rand(&[c1], 22));
+        let e = node(
+            g,
+            "Conv",
+            ints(&[("kernel_shape", vec![1, 1])]),
+            vec![x, we, be],
+        );
+        let e = node(g, "Relu", Attrs::default(), vec![e]);
+        let wd = g.add_const("wd", rand(&[c1, 1, 3, 3], 23));
+        let bd = g.add_const("bd", rand(&[c1], 24));
+        let mut a = ints(&[
+            ("kernel_shape", vec![3, 3]),
+            ("pads", vec![1, 1, 1, 1]),
+            ("strides", vec![2, 2]),
+        ]);
+        a.0.insert("group".into(), Attr::Int(c1 as i64));
+        let d = node(g, "Conv", a, vec![e, wd, bd]);
+        node(g, "Relu", Attrs::default(), vec![d])
+    };
+    let shape = [1, c0, hw, hw];
+    let x = rand(&shape, 7);
+    let want = folded("band", &x, build);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let c = collage_build::driver::compile(input_graph("band", &shape, build), "t", &opts).unwrap();
+    let p = &c.program;
+    assert_eq!(p.row_groups.len(), 1, "{:?}", p.row_groups);
+    let g = &p.row_groups[0];
+    let band = g.band.as_ref().expect("a band group");
+    assert_eq!(g.stages.len(), 2);
+    assert_eq!(g.scratch, vec![g.stages[0]]);
+    assert!(g.instances >= 8, "{g:?}");
+    // Every band reads its rows' halo: one more input row than twice its output rows, at most.
+    assert_eq!(band.pixels, (2 * g.block + 1) * hw, "{band:?}");
+    let wide = g.stages[0];
+    assert!(
+        p.arena_bytes(wide) < p.bufs[wide.index()].ty.bytes() / 4,
+        "the expansion in a full-size buffer: {g:?}"
+    );
+    let (ok, err) = runs_to(&c, "band", &x, &want);
+    assert!(ok, "the band group: max error {err}");
+    // The AVX2 and baseline variants' band groups, on this machine too.
+    for isa in [Isa::Avx2, Isa::Base] {
+        let work = std::env::temp_dir().join(format!("collage-band-{isa}-{}", std::process::id()));
+        let mut m =
+            collage_build::native::NativeModel::build_defines(&c, &work, "-O1", isa.defines())
+                .unwrap();
+        let got = m
+            .run(std::slice::from_ref(&x), &Executor::with_threads(2))
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&work);
+        let (ok, err) = tensor::compare(&got[0], &want);
+        assert!(ok, "the band group, variant {isa}: max error {err}");
+    }
+    // Bands and slots a seed draws (and plans: the window may leave the plane plan).
+    for seed in [1, 2] {
+        let opts = Options {
+            schedule_seed: Some(seed),
+            ..opts.clone()
+        };
+        let c =
+            collage_build::driver::compile(input_graph("band", &shape, build), "t", &opts).unwrap();
+        let (ok, err) = runs_to(&c, &format!("band-seed{seed}"), &x, &want);
+        assert!(ok, "schedule seed {seed}: max error {err}");
+    }
+    // Mutations of the generated C.
+    let a = &band.axis;
+    let hi = format!("(y1 - 1) * {} + ({}) + {});", a.stride, a.offset, a.span(1));
+    let lo = format!("y0 * {} + ({}));", a.stride, a.offset);
+    let mutations: Vec<(&str, String)> = vec![
+        // Each band's last input row is not computed.
+        (
+            "halo-end",
+            c.c_source.replace(
+                &hi,
+                &format!(
+                    "(y1 - 1) * {} + ({}) + {});",
+                    a.stride,
+                    a.offset,
+                    a.span(1) - 1
+                ),
+            ),
+        ),
+        // Each band starts a row late: its first input row (the halo above) is not computed.
+        (
+            "halo-start",
+            c.c_source
+                .replace(&lo, &format!("y0 * {} + ({}) + 1);", a.stride, a.offset)),
+        ),
+        // The window runs before the expansion of its band.
+        (
+            "order",
+            mutate_order(
+                &c.c_source,
+                &format!("k{}", g.stages[0]),
+                &format!("k{}", g.last()),
+            ),
+        ),
+    ];
+    every_mutation_fails(&c, &mutations, &x, &want, "band group");
+}
+
 /// `src` with the calls of `a`'s row kernel moved after those of `b`'s in every row group task
-/// (`k<a>_<variant>_row(...)` lines).
+/// (`k<a>_<variant>_row(...)` lines, a band group's `k<a>_<variant>_band(...)`).
 fn mutate_order(src: &str, a: &str, b: &str) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut held: Vec<String> = Vec::new();
     for line in src.lines() {
         let t = line.trim_start();
-        let call = |k: &str| t.contains(&format!("{k}_")) && t.contains("_row(ctx, s, p0");
+        let call = |k: &str| {
+            t.contains(&format!("{k}_"))
+                && (t.contains("_row(ctx, s, p0") || t.contains("_band(ctx, s, plo"))
+        };
         if call(a) {
             held.push(line.to_string());
             continue;

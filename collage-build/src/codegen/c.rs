@@ -8,7 +8,7 @@ use crate::schedule::analysis::{flat_inner, is_vector, merge_body, split_body, v
 use crate::schedule::plan::CACHE_LINE;
 pub use crate::schedule::Location;
 use crate::te::{
-    BinOp, Bound, BufId, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall,
+    Band, BinOp, Bound, BufId, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall,
     PlainPlan, Program, RedOp, RowGroup, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, Window,
     PANEL,
 };
@@ -86,9 +86,24 @@ struct Emitter<'a> {
     /// A group's producer, whose panels are addressed from the instance's first panel (the C
     /// variable `pb`): its buffer is the instance's scratch slot.
     rebase: Option<BufId>,
+    /// A band group's scratch and its pixels per plane: its planes lie that many floats apart
+    /// (a band's input rows), not a whole image's.
+    band: Option<(BufId, usize)>,
 }
 
 impl Emitter<'_> {
+    /// The strides of stage `id`'s output of `shape`: row-major, but for a band group's scratch
+    /// the planes (the first two dimensions) its slot's pixels apart.
+    fn out_strides(&self, id: BufId, shape: &[usize]) -> Vec<usize> {
+        let mut st = strides(shape);
+        if let Some((b, pixels)) = self.band.filter(|(b, _)| *b == id) {
+            debug_assert_eq!(b, id);
+            st[1] = pixels;
+            st[0] = shape[1] * pixels;
+        }
+        st
+    }
+
     /// The panel of column `c` (a C expression) of packed buffer `b`, as C.
     fn panel(&self, b: BufId, c: &str) -> String {
         if self.rebase == Some(b) {
@@ -432,6 +447,18 @@ fn arena_end(p: &Program, locs: &[Location]) -> usize {
         .unwrap_or(0)
 }
 
+/// The `CL_LIVE` statement of row group `g`'s task: every member's buffers.
+fn group_live_line(p: &Program, locs: &[Location], end: usize, g: &RowGroup) -> String {
+    let mut ranges: Vec<(usize, usize)> = g
+        .stages
+        .iter()
+        .flat_map(|&m| live_ranges(p, locs, m))
+        .collect();
+    ranges.sort_unstable();
+    ranges.dedup();
+    live_line(end, &ranges)
+}
+
 /// The `CL_LIVE` statement of `ranges` in an arena of `end` bytes.
 fn live_line(end: usize, ranges: &[(usize, usize)]) -> String {
     let ranges: String = ranges.iter().map(|(o, n)| format!(", {o}, {n}")).collect();
@@ -523,10 +550,7 @@ fn emit_variant(
             let (fname, n_outer, _) = emit_stage(out, p, locs, id, st, plan, isa, Part::Panel(&m));
             if !m.fill {
                 let task = emit_group_task(out, p, g, &fname, n_outer, isa);
-                calls.push(format!(
-                    "rt->parallel_for(rt->pool, {}, {task}, &ctx);",
-                    g.slots
-                ));
+                calls.push(shares_call(&task, g.slots, true));
                 tick(&mut calls, id);
             }
             continue;
@@ -540,6 +564,32 @@ fn emit_variant(
                 &epilogue
             }
         };
+        if let Some((g, b)) = p
+            .row_group_of(id)
+            .and_then(|g| g.band.as_ref().map(|b| (g, b)))
+        {
+            let x = g.stages[0];
+            let Location::Arena(at) = locs[x.index()] else {
+                panic!("band group scratch {x} is not in the arena")
+            };
+            let bm = BandMember {
+                scratch: x,
+                at,
+                slot_bytes: g.slot_bytes(&p.bufs[x.index()]),
+                pixels: b.pixels,
+            };
+            let plan = stage_plan(p, id, st, isa);
+            emit_stage(out, p, locs, id, st, plan, isa, Part::Band(&bm));
+            if id == g.last() {
+                if end > 0 {
+                    calls.push(group_live_line(p, locs, end, g));
+                }
+                let task = emit_band_task(out, p, g, b, isa);
+                calls.push(shares_call(&task, g.slots, true));
+                tick(&mut calls, id);
+            }
+            continue;
+        }
         if let Some(g) = p.row_group_of(id) {
             let r = RowMember {
                 scratch: g
@@ -559,14 +609,7 @@ fn emit_variant(
             emit_stage(out, p, locs, id, st, plan, isa, Part::Row(&r));
             if id == g.last() {
                 if end > 0 {
-                    let mut ranges: Vec<(usize, usize)> = g
-                        .stages
-                        .iter()
-                        .flat_map(|&m| live_ranges(p, locs, m))
-                        .collect();
-                    ranges.sort_unstable();
-                    ranges.dedup();
-                    calls.push(live_line(end, &ranges));
+                    calls.push(group_live_line(p, locs, end, g));
                 }
                 let task = emit_row_task(out, p, g, isa);
                 // Members too small to fork for alone run on the calling thread together too.
@@ -575,12 +618,9 @@ fn emit_variant(
                     .iter()
                     .any(|&m| p.plan(m, isa).is_some_and(KernelPlan::parallel));
                 if parallel {
-                    calls.push(format!(
-                        "rt->parallel_for(rt->pool, {}, {task}, &ctx);",
-                        g.slots
-                    ));
+                    calls.push(shares_call(&task, g.slots, true));
                 } else {
-                    calls.push(format!("{task}(&ctx, 0, {});", g.slots));
+                    calls.push(shares_call(&task, g.slots, false));
                 }
                 tick(&mut calls, id);
             }
@@ -602,7 +642,7 @@ fn emit_variant(
     }
     out.line("");
     out.open(format!("static void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
-    out.line("collage_ctx ctx = {A, W, I};");
+    out.line("collage_ctx ctx = {A, W, I, 1};");
     out.line("(void)rt;");
     out.line("CL_TICK_START();");
     for c in &calls {
@@ -625,12 +665,24 @@ struct Member<'g> {
 }
 
 /// How a stage is printed: alone, as a part of a panel [`Group`], or as a member of a
-/// [`RowGroup`].
+/// [`RowGroup`] (split along leading dimensions or along an image's rows).
 #[derive(Clone, Copy)]
 enum Part<'a> {
     Alone,
     Panel(&'a Member<'a>),
     Row(&'a RowMember),
+    Band(&'a BandMember),
+}
+
+/// Where a band group's scratch lives ([`crate::te::Band`]): the buffer, its arena offset,
+/// bytes per slot and pixels per plane of a slot. A member's function takes the band's first
+/// and last input pixels `[plo, phi)` and a range `[begin, end)`: the pointwise stage's outer
+/// iterations (its pixels clamped to the band's), or the window's output rows.
+struct BandMember {
+    scratch: BufId,
+    at: usize,
+    slot_bytes: usize,
+    pixels: usize,
 }
 
 /// Where a row group's scratch lives: per scratch buffer, its arena offset, bytes per slot and
@@ -658,7 +710,7 @@ fn emit_row_task(out: &mut CWriter, p: &Program, g: &RowGroup, isa: Isa) -> Stri
         names.join(" -> "),
         g.dims
     ));
-    slot_task(out, &fname, k, s, |out| {
+    slot_task(out, &fname, k, |out| {
         match g.chunks() {
             // A chunk of a row: row `q / chunks`, chunk `q % chunks` of it.
             Some(c) => {
@@ -692,20 +744,90 @@ fn emit_row_task(out: &mut CWriter, p: &Program, g: &RowGroup, isa: Isa) -> Stri
     fname
 }
 
-/// The task `fname` of a group's instances over a range of its `s` scratch slots: each slot
-/// takes one contiguous share of the `k` instances (`[slot * k / s, (slot + 1) * k / s)`), so
-/// that the instances a thread runs in turn share their operands in its caches (an attention's
+/// The loop of a band group's instances (`r{last}`), over a range of scratch slots: each slot
+/// takes one contiguous share of the bands ([`slot_task`]); band `q` is the window's output rows
+/// `[y0, y1)`, which read input rows `[lo, hi)` ([`Band::input_rows`]), pixels `[plo, phi)`: the
+/// pointwise member computes the outer iterations of the tiles over those pixels (clamped to
+/// them) into the slot, then the window its rows of every plane. Returns the task's name.
+fn emit_band_task(out: &mut CWriter, p: &Program, g: &RowGroup, b: &Band, isa: Isa) -> String {
+    let variant = isa.suffix();
+    let fname = format!("r{}{variant}", g.last());
+    let (x, d) = (g.stages[0], g.last());
+    let names: Vec<String> = g
+        .stages
+        .iter()
+        .map(|&m| stage_title(p.stage(m).expect("a member is a stage")))
+        .collect();
+    let (k, s, blk) = (g.instances, g.slots, g.block);
+    let Some(KernelPlan::Gemm(gp)) = p.plan(x, isa) else {
+        panic!("band group member {x} is not register-blocked")
+    };
+    let shape = &p.stage(x).expect("a member is a stage").ty.shape;
+    let tw = gp.lanes * gp.vecs;
+    let per = gp.n_outer / shape[2].div_ceil(tw);
+    let a = &b.axis;
+    out.line("");
+    out.line(format!(
+        "/* band group: {}; {k} bands of {blk} output rows in {s} slots, {} pixels per plane and slot */",
+        names.join(" -> "),
+        b.pixels
+    ));
+    slot_task(out, &fname, k, |out| {
+        out.line(format!(
+            "const int64_t y0 = q * {blk}, y1 = y0 + {blk} < {} ? y0 + {blk} : {};",
+            a.out, a.out
+        ));
+        out.line(format!(
+            "const int64_t lo = cl_max_i64(INT64_C(0), y0 * {} + ({}));",
+            a.stride, a.offset
+        ));
+        out.line(format!(
+            "const int64_t hi = cl_min_i64(INT64_C({}), (y1 - 1) * {} + ({}) + {});",
+            a.input,
+            a.stride,
+            a.offset,
+            a.span(1)
+        ));
+        let w = b.width;
+        out.line(format!("const int64_t plo = lo * {w}, phi = hi * {w};"));
+        out.line(format!(
+            "k{x}{variant}_band(ctx, s, plo, phi, plo / {tw} * {per}, (phi + {}) / {tw} * {per});",
+            tw - 1
+        ));
+        out.line(format!("k{d}{variant}_band(ctx, s, plo, phi, y0, y1);"));
+    });
+    fname
+}
+
+/// The call of group task `task` with `slots` scratch slots: one share of the instances per
+/// thread (at most `slots`), each share run on its own slot, so that a thread's instances reuse
+/// one slot from its caches; on the calling thread alone (`parallel` false), one share.
+fn shares_call(task: &str, slots: usize, parallel: bool) -> String {
+    if parallel {
+        format!(
+            "ctx.shares = rt->threads < {slots} ? rt->threads : {slots}; rt->parallel_for(rt->pool, ctx.shares, {task}, &ctx);"
+        )
+    } else {
+        format!("ctx.shares = 1; {task}(&ctx, 0, 1);")
+    }
+}
+
+/// The task `fname` of a group's instances over a range of its shares (`ctx->shares` of them,
+/// at most its scratch slots; [`shares_call`]): share `s` takes one contiguous run of the `k`
+/// instances (`[s * k / shares, (s + 1) * k / shares)`) on slot `s`, so that the instances a
+/// thread runs in turn reuse one slot and share their operands in its caches (an attention's
 /// keys and values of one head, a convolution's input rows); `body` prints one instance (`q`,
 /// `s`).
-fn slot_task(out: &mut CWriter, fname: &str, k: usize, s: usize, body: impl FnOnce(&mut CWriter)) {
+fn slot_task(out: &mut CWriter, fname: &str, k: usize, body: impl FnOnce(&mut CWriter)) {
     out.open(format!(
         "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
     ));
     out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
+    out.line("const int64_t n = ctx->shares;");
     out.line("for (int64_t s = begin; s < end; ++s)");
     out.indented(|out| {
         out.open(format!(
-            "for (int64_t q = s * {k} / {s}; q < (s + 1) * {k} / {s}; ++q) {{"
+            "for (int64_t q = s * {k} / n; q < (s + 1) * {k} / n; ++q) {{"
         ));
         body(out);
         out.close("}");
@@ -743,7 +865,7 @@ fn emit_group_task(
         stage_title(p.stage(a).expect("a group's producer is a stage")),
         stage_title(st),
     ));
-    slot_task(out, &fname, k, s, |out| {
+    slot_task(out, &fname, k, |out| {
         out.line(format!(
             "const int64_t c0 = q * {cols}, c1 = c0 + {cols} < {n} ? c0 + {cols} : {n};"
         ));
@@ -779,15 +901,17 @@ fn emit_stage(
 ) -> (String, usize, bool) {
     let variant = isa.suffix();
     let lanes = isa.lanes();
-    let (member, row) = match part {
-        Part::Alone => (None, None),
-        Part::Panel(m) => (Some(m), None),
-        Part::Row(r) => (None, Some(r)),
+    let (member, row, band) = match part {
+        Part::Alone => (None, None, None),
+        Part::Panel(m) => (Some(m), None, None),
+        Part::Row(r) => (None, Some(r), None),
+        Part::Band(b) => (None, None, Some(b)),
     };
     let fname = match member {
         Some(m) if m.fill => format!("k{id}{variant}_fill"),
         Some(_) => format!("k{id}{variant}_inst"),
         None if row.is_some() => format!("k{id}{variant}_row"),
+        None if band.is_some() => format!("k{id}{variant}_band"),
         None => format!("k{id}{variant}"),
     };
     let shape = &st.ty.shape;
@@ -798,6 +922,7 @@ fn emit_stage(
         p,
         acc: st.ty.dtype,
         rebase: member.map(|m| m.group.producer),
+        band: band.map(|b| (b.scratch, b.pixels)),
     };
     out.line("");
     out.line(format!("/* {} */", stage_title(st)));
@@ -815,6 +940,12 @@ fn emit_stage(
         None if row.is_some() => out.open(format!(
             "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t p0, int64_t begin, int64_t end) {{"
         )),
+        None if band.is_some() => {
+            out.open(format!(
+                "static void {fname}(collage_ctx *ctx, int64_t slot, int64_t plo, int64_t phi, int64_t begin, int64_t end) {{"
+            ));
+            out.line("(void)phi;");
+        }
         None => {
             out.open(format!(
                 "static void {fname}(void *vctx, int64_t begin, int64_t end) {{"
@@ -844,6 +975,15 @@ fn emit_stage(
         if let Some(&(_, at, slot, per)) = row.and_then(|r| r.scratch.iter().find(|s| s.0 == b)) {
             return format!(
                 "{q}{ty} *restrict b{b} = ({q}{ty} *)((uintptr_t)(ctx->A + {at} + slot * {slot}) - (uintptr_t)p0 * {per});"
+            );
+        }
+        // A band group's scratch: the slot holds every plane's pixels from the band's first
+        // input pixel `plo` on, its planes `pixels` apart.
+        if let Some(bm) = band.filter(|bm| bm.scratch == b) {
+            let size = p.bufs[b.index()].ty.dtype.size();
+            return format!(
+                "{q}{ty} *restrict b{b} = ({q}{ty} *)((uintptr_t)(ctx->A + {} + slot * {}) - (uintptr_t)plo * {size});",
+                bm.at, bm.slot_bytes
             );
         }
         match locs[b.index()] {
@@ -1396,12 +1536,20 @@ impl GemmPlan {
             out.line(format!("const int64_t i{k} = ({rem} % {ext}){scale};"));
             rem = format!("({rem} / {ext})");
         }
-        out.line(format!(
-            "const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
-        ));
+        if em.band.is_some_and(|(b, _)| b == id) {
+            // A band group's member computes the band's pixels `[plo, phi)` of its tiles only
+            // (a partial tile, where a tile crosses the band's edge).
+            out.line(format!(
+                "const int64_t tt = {rem} * {tw}, t0 = tt < plo ? plo : tt, t1 = tt + {tw} < phi ? tt + {tw} : phi;"
+            ));
+        } else {
+            out.line(format!(
+                "const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
+            ));
+        }
         let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);
         let store = |out: &mut CWriter, j: usize, col: Option<&str>, acc: &str| {
-            let st_strides = strides(shape);
+            let st_strides = em.out_strides(id, shape);
             let flat = jammed_offset(shape, &st_strides, jk, j, None);
             let fin = r
                 .finalize
@@ -1446,7 +1594,7 @@ impl GemmPlan {
                 .as_ref()
                 .is_none_or(|f| vectorizable(em.p, f, v as u32));
             if vec_fin {
-                let st_strides = strides(shape);
+                let st_strides = em.out_strides(id, shape);
                 for j in 0..jn {
                     for t in 0..nv {
                         let col = format!("t0 + {}", t * w);

@@ -395,7 +395,10 @@ fn group(p: &mut Program, cx: &mut StepCx<'_>) {
         );
     }
     if !cx.switches.no_groups {
-        p.row_groups = crate::schedule::plan_row_groups(p, cx.target, cx.switches.seed);
+        // Band groups first: their members join no row group.
+        p.row_groups = crate::schedule::plan_band_groups(p, cx.target, cx.switches.seed);
+        let rows = crate::schedule::plan_row_groups(p, cx.target, cx.switches.seed);
+        p.row_groups.extend(rows);
     }
 }
 

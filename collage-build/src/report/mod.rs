@@ -161,9 +161,25 @@ impl RowGroupReport {
             .join(" -> ")
     }
 
-    /// Instances, the block, the scratch's level, footprint and traffic saved, on one line.
+    /// Instances, the block, the scratch's level, footprint and traffic saved, on one line (a
+    /// band group's: its bands of output rows and the rows its first member computes).
     pub fn detail(&self) -> String {
         let (g, i) = (&self.group, &self.info);
+        if let Some((computed, rows)) = i.recomputed {
+            return format!(
+                "{} bands of {} output rows ({:?}) in {} slots; scratch (*) {} KiB per slot, read back at {}; {} KiB live; {} input rows computed for {} (halos recomputed); traffic saved {:.2} MB",
+                g.instances,
+                g.block,
+                i.tile,
+                g.slots,
+                i.slot_bytes.div_ceil(1024),
+                i.level,
+                i.footprint.div_ceil(1024),
+                computed,
+                rows,
+                i.saved as f64 / 1e6,
+            );
+        }
         format!(
             "{} instances of {:?} ({} positions of the leading {} dimensions) in {} slots; scratch (*) {} KiB per slot, read back at {}; {} KiB live; traffic saved {:.2} MB",
             g.instances,
@@ -207,7 +223,7 @@ pub fn render_row_groups(gs: &[RowGroupReport]) -> String {
         .collect();
     render_group_lines(
         "row groups",
-        "stages split along their shared leading dimensions, run as one loop of instances; a * member's output lives only in per-thread scratch slots",
+        "stages split along their shared leading dimensions or an image's rows, run as one loop of instances; a * member's output lives only in per-thread scratch slots",
         &lines,
     )
 }

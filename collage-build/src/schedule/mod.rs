@@ -3,6 +3,7 @@
 //! of the activation arena and where every buffer lives ([`Location`]).
 pub(crate) mod analysis;
 mod arena;
+pub mod bands;
 pub mod group;
 pub mod kernel;
 pub mod layout;
@@ -10,6 +11,7 @@ pub mod plan;
 pub mod rows;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Location};
+pub use bands::plan_band_groups;
 pub use group::{plan_groups, GroupInfo};
 pub use plan::{parallel_calls, plan_program, plan_stage, tile_widths};
 pub use rows::{plan_row_groups, RowGroupInfo};

@@ -91,12 +91,13 @@ fn aligned(p: &Program, a: BufId, b: BufId) -> usize {
 }
 
 /// Whether stage `b` may be a member of a row group at all: a generated stage with a plan in
-/// every variant, in no panel group, with no empty dimension (nothing to split).
+/// every variant, in no panel group or band group, with no empty dimension (nothing to split).
 fn candidate(p: &Program, b: BufId) -> bool {
     p.stage(b)
         .is_some_and(|st| st.exec == Exec::Generated && !st.ty.shape.contains(&0))
         && p.plans[b.index()].len() == Isa::ALL.len()
         && !p.groups.iter().any(|g| g.producer == b || g.consumer == b)
+        && p.row_group_of(b).is_none()
         && !p.bufs[b.index()].packed
 }
 
@@ -335,13 +336,15 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
             instances,
             slots,
             scratch: sc,
+            band: None,
         });
     }
     groups
 }
 
 /// What `collage explain` shows of a row group: the block of one instance, the bytes its step
-/// keeps live, the level its scratch meets at, and the memory traffic the scratch saves.
+/// keeps live, the level its scratch meets at, the memory traffic the scratch saves, and a band
+/// group's recomputed rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowGroupInfo {
     /// The first member's output extents per instance.
@@ -357,12 +360,25 @@ pub struct RowGroupInfo {
     /// Memory traffic the scratch saves against the members apart: each scratch buffer
     /// written to memory and read back.
     pub saved: usize,
+    /// A band group's rows of its first member computed over all bands, and the image's rows
+    /// (their excess is the recomputed halo); `None` for a split along leading dimensions.
+    pub recomputed: Option<(usize, usize)>,
 }
 
 /// [`RowGroupInfo`] of `g` in `p` for `target`.
 pub fn describe(p: &Program, g: &RowGroup, target: &Target) -> RowGroupInfo {
     let shape = &p.stage(g.stages[0]).expect("a member is a stage").ty.shape;
-    let foot = step_bytes(p, &g.stages, g.dims, g.block, &g.scratch);
+    let (tile, foot, recomputed) = match &g.band {
+        Some(band) => {
+            let (tile, foot, rows) = super::bands::describe(p, g, band);
+            (tile, foot, Some(rows))
+        }
+        None => (
+            block_tile(shape, g.dims, g.block),
+            step_bytes(p, &g.stages, g.dims, g.block, &g.scratch),
+            None,
+        ),
+    };
     let cpu = target.host_cpu();
     let slot_bytes = g
         .scratch
@@ -370,7 +386,7 @@ pub fn describe(p: &Program, g: &RowGroup, target: &Target) -> RowGroupInfo {
         .map(|&b| g.slot_bytes(&p.bufs[b.index()]))
         .sum();
     RowGroupInfo {
-        tile: block_tile(shape, g.dims, g.block),
+        tile,
         footprint: foot,
         level: if slot_bytes <= cpu.l1d / 2 {
             "L1"
@@ -383,5 +399,6 @@ pub fn describe(p: &Program, g: &RowGroup, target: &Target) -> RowGroupInfo {
             .iter()
             .map(|&b| 2 * p.bufs[b.index()].ty.bytes())
             .sum(),
+        recomputed,
     }
 }

@@ -26,6 +26,6 @@ pub use plan::{
     PlanChoice, PlanKind, PlanePlan, RowPlan, RowTrips, ScanPlan, Window, WindowPlan,
 };
 pub use print::fnv64;
-pub use program::{BufId, BufKind, Buffer, Group, Program, RowGroup, PANEL};
+pub use program::{Band, BufId, BufKind, Buffer, Group, Program, RowGroup, PANEL};
 pub(crate) use simplify::affine_terms;
 pub use simplify::{simplify, simplify_stage};

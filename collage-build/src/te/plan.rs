@@ -749,7 +749,7 @@ pub struct GemmPlan {
 }
 
 /// One spatial axis of a depthwise window: input index `stride * i + dilation * r + offset`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Axis {
     /// Output extent.
     pub out: usize,

@@ -184,11 +184,48 @@ pub struct RowGroup {
     pub slots: usize,
     /// Members' outputs read by members only: they hold `slots` slots of one instance each.
     pub scratch: Vec<BufId>,
+    /// A band group's split along image rows (`schedule::bands`), where `dims` is 0, `rows`
+    /// and `row` are the last member's output rows and `block` its rows per instance; `None`
+    /// for a split along leading dimensions.
+    pub band: Option<Band>,
+}
+
+/// How a band group (a [`RowGroup`] split along the rows of an image, `schedule::bands`) cuts
+/// its members: the last is a depthwise window over `[N, C, H, W]` planes computing a band of
+/// `block` output rows of every plane per instance; the first, a pointwise stage over the same
+/// buffer's flattened pixels `[N, C, H * W]`, computes the input rows that band's window reads
+/// (its halo recomputed by the neighbouring instance) into a scratch slot of `pixels` pixels per
+/// plane, addressed from the band's first input pixel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Band {
+    /// The window's rows: output extent, input extent, stride, span of the taps, offset.
+    pub axis: super::plan::Axis,
+    /// Pixels per input row (the image's width).
+    pub width: usize,
+    /// Pixels per plane of one scratch slot: the most input rows a band reads, times `width`.
+    pub pixels: usize,
+}
+
+impl Band {
+    /// The input rows `[lo, hi)` the window reads for output rows `[y0, y1)`, clamped to the
+    /// image.
+    pub fn input_rows(&self, y0: usize, y1: usize) -> (usize, usize) {
+        let a = &self.axis;
+        let lo = (y0 as i64 * a.stride as i64 + a.offset).max(0);
+        let hi =
+            ((y1 as i64 - 1) * a.stride as i64 + a.offset + a.span(1) as i64).min(a.input as i64);
+        (lo as usize, hi.max(lo) as usize)
+    }
 }
 
 impl RowGroup {
-    /// Bytes of one slot of scratch buffer `b` (one instance's rows of it).
+    /// Bytes of one slot of scratch buffer `b` (one instance's rows of it, or a band's input
+    /// rows of every plane).
     pub fn slot_bytes(&self, b: &Buffer) -> usize {
+        if let Some(band) = &self.band {
+            let planes = b.ty.numel() / (band.axis.input * band.width).max(1);
+            return planes * band.pixels * b.ty.dtype.size();
+        }
         b.ty.numel() / self.rows.max(1) * self.block * b.ty.dtype.size()
     }
 

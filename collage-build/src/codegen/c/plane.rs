@@ -82,9 +82,19 @@ impl PlanePlan {
         } else {
             s.line(format!("float pad[{}];", rows_in * row));
         }
-        s.open("for (int64_t o = begin; o < end; ++o) {");
         let planes = shape[0] * c1;
-        if self.parts > 1 {
+        // A band group's window: every plane's output rows `[begin, end)`, its input planes in
+        // the group's scratch slot, `pixels` apart ([`Emitter::band`]).
+        let band = em.band.filter(|(b, _)| *b == x).map(|(_, pixels)| pixels);
+        if band.is_some() {
+            s.open(format!("for (int64_t o = 0; o < {planes}; ++o) {{"));
+        } else {
+            s.open("for (int64_t o = begin; o < end; ++o) {");
+        }
+        if band.is_some() {
+            s.line(format!("const int64_t i1 = o % {c1}, i0 = o / {c1};"));
+            s.line("const int64_t ylo = begin, yhi = end;");
+        } else if self.parts > 1 {
             let (pr, ho) = (self.part_rows, h.out);
             s.line(format!(
                 "const int64_t i1 = o % {c1}, i0 = o / {c1} % {}, part = o / {planes};",
@@ -100,10 +110,19 @@ impl PlanePlan {
         for k in &self.unit_rvars {
             s.line(format!("const int64_t r{k} = 0;"));
         }
-        s.line(format!(
-            "const float *restrict xp = b{x} + {};",
-            em.expr(&self.plane)
-        ));
+        match band {
+            Some(pixels) => {
+                let cx = em.p.bufs[x.index()].ty.shape[1];
+                s.line(format!(
+                    "const float *restrict xp = b{x} + i0 * {} + i1 * {pixels};",
+                    cx * pixels
+                ));
+            }
+            None => s.line(format!(
+                "const float *restrict xp = b{x} + {};",
+                em.expr(&self.plane)
+            )),
+        }
         let (ra, rb) = (h.rvar, w.rvar);
         let taps = h.taps * w.taps;
         s.line(format!("float wv[{taps}];"));
@@ -153,7 +172,7 @@ impl PlanePlan {
         // The next task's plane (the next channel: tasks run channel-minor) a row at a time,
         // while this one copies: planes of a page or more each start on a page of their own,
         // where the hardware's prefetchers stop.
-        let plane_floats = h.input * w.input;
+        let plane_floats = band.unwrap_or(h.input * w.input);
         if self.prefetch {
             s.line(format!(
                 "for (int64_t k = 0; k < {}; k += {CACHE_LINE}) __builtin_prefetch((const char *)(src + {plane_floats}) + k);",

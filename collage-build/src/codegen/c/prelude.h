@@ -18,6 +18,7 @@ typedef struct {
     uint8_t *A;
     const uint8_t *W;
     const void *const *I;
+    int64_t shares; /* a group task's shares of its instances (one per thread, one slot each) */
 } collage_ctx;
 
 /* AddressSanitizer builds (COLLAGE_SANITIZE): before each stage the arena is poisoned but for the
