@@ -791,9 +791,10 @@ fn emit_band_task(out: &mut CWriter, p: &Program, g: &RowGroup, b: &Band, isa: I
         let w = b.width;
         out.line(format!("const int64_t plo = lo * {w}, phi = hi * {w};"));
         out.line(format!(
-            "k{x}{variant}_band(ctx, s, plo, phi, plo / {tw} * {per}, (phi + {}) / {tw} * {per});",
+            "const int64_t t_lo = plo / {tw} * {per}, t_hi = (phi + {}) / {tw} * {per};",
             tw - 1
         ));
+        out.line(format!("k{x}{variant}_band(ctx, s, plo, phi, t_lo, t_hi);"));
         out.line(format!("k{d}{variant}_band(ctx, s, plo, phi, y0, y1);"));
     });
     fname
