@@ -96,8 +96,7 @@ impl Emitter<'_> {
     /// the planes (the first two dimensions) its slot's pixels apart.
     fn out_strides(&self, id: BufId, shape: &[usize]) -> Vec<usize> {
         let mut st = strides(shape);
-        if let Some((b, pixels)) = self.band.filter(|(b, _)| *b == id) {
-            debug_assert_eq!(b, id);
+        if let Some((_, pixels)) = self.band.filter(|(b, _)| *b == id) {
             st[1] = pixels;
             st[0] = shape[1] * pixels;
         }

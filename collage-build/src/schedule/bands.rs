@@ -169,12 +169,11 @@ pub fn plan_band_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<
                 ok.then_some((block, most))
             })
             .collect();
-        let choices = fitting;
-        let Some(&tallest) = choices.last() else {
+        let Some(&tallest) = fitting.last() else {
             continue;
         };
         let (block, most) = match draw.as_mut() {
-            Some(r) => choices[r.below(choices.len() as u64) as usize],
+            Some(r) => fitting[r.below(fitting.len() as u64) as usize],
             None => tallest,
         };
         band.pixels = most * band.width;

@@ -88,13 +88,10 @@ impl PlanePlan {
         let band = em.band.filter(|(b, _)| *b == x).map(|(_, pixels)| pixels);
         if band.is_some() {
             s.open(format!("for (int64_t o = 0; o < {planes}; ++o) {{"));
-        } else {
-            s.open("for (int64_t o = begin; o < end; ++o) {");
-        }
-        if band.is_some() {
             s.line(format!("const int64_t i1 = o % {c1}, i0 = o / {c1};"));
             s.line("const int64_t ylo = begin, yhi = end;");
         } else if self.parts > 1 {
+            s.open("for (int64_t o = begin; o < end; ++o) {");
             let (pr, ho) = (self.part_rows, h.out);
             s.line(format!(
                 "const int64_t i1 = o % {c1}, i0 = o / {c1} % {}, part = o / {planes};",
@@ -104,6 +101,7 @@ impl PlanePlan {
                 "const int64_t ylo = part * {pr}, yhi = ylo + {pr} < {ho} ? ylo + {pr} : {ho};"
             ));
         } else {
+            s.open("for (int64_t o = begin; o < end; ++o) {");
             s.line(format!("const int64_t i1 = o % {c1}, i0 = o / {c1};"));
             s.line(format!("const int64_t ylo = 0, yhi = {};", h.out));
         }
