@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Tensor, TensorType};
 use crate::ops::{lookup, Attrs, OpCx};
 use crate::partition::place::Part;
-use crate::partition::search::{evolve, largest_on, search, EvolveParams, SearchLimits};
+use crate::partition::search::{evolve_batched, largest_on, search, EvolveParams, SearchLimits};
 use crate::tune::measure::{self, MeasureBudget, Measurement};
 use crate::tune::price::{placement_key, transition, transition_key, Pricer};
 use crate::tune::{CostCache, Entry, TargetFingerprint};
@@ -194,20 +194,30 @@ pub fn evolve_model(
         detail,
     };
     let mut evaluations = 0;
-    // Times a placement; also returns the hash of its generated C, which tells placements that
-    // differ only in how `c` nodes are grouped (the same program) apart from others. A program
-    // timed before is not compiled and timed again: its first timing stands.
+    // Times placements; also returns the hash of each one's generated C, which tells placements
+    // that differ only in how `c` nodes are grouped (the same program) apart from others. A
+    // program timed before is not compiled and timed again: its first timing stands. The
+    // programs not timed before are compiled side by side first, then timed one at a time.
     let mut timed: std::collections::HashMap<u64, Measurement> = Default::default();
-    let mut time = |parts: &[Part]| -> Result<(Measurement, u64)> {
-        evaluations += 1;
-        let c = compile_parts(g, parts)?;
-        let src = crate::te::fnv64(&c.c_source);
-        if let Some(m) = timed.get(&src) {
-            return Ok((*m, src));
+    let mut time = |batch: &[Vec<Part>]| -> Result<Vec<(Measurement, u64)>> {
+        evaluations += batch.len();
+        let mut fresh: Vec<(u64, Compiled)> = Vec::new();
+        let mut srcs = Vec::with_capacity(batch.len());
+        for parts in batch {
+            let c = compile_parts(g, parts)?;
+            let src = crate::te::fnv64(&c.c_source);
+            if !timed.contains_key(&src) && fresh.iter().all(|(s, _)| *s != src) {
+                fresh.push((src, c));
+            }
+            srcs.push(src);
         }
-        let m = measure::end_to_end(&c, work, "-O3", threads, budget)?;
-        timed.insert(src, m);
-        Ok((m, src))
+        let models: Vec<&Compiled> = fresh.iter().map(|(_, c)| c).collect();
+        measure::prebuild_models(&models, work, "-O3")?;
+        for (src, c) in &fresh {
+            let m = measure::end_to_end(c, work, "-O3", threads, budget)?;
+            timed.insert(*src, m);
+        }
+        Ok(srcs.into_iter().map(|s| (timed[&s], s)).collect())
     };
 
     // The search's placement, over the same problem the evolution mutates.
@@ -227,18 +237,12 @@ pub fn evolve_model(
     if !r.has_placement() {
         return Err(model_err(format!("no placement: {}", r.stop)));
     }
+    // The search's placement, the baselines (`c` alone, `greedy LIB,c` for every library) and
+    // maximal fusion on each library (its largest candidates first: what the per-kernel costs
+    // cannot see, e.g. oneDNN convolutions handing their outputs to each other in their own
+    // layout, shows end to end), timed as one batch.
     let search_parts = place::parts_of(&problem, &r.chosen, &backends);
-    let (search_m, search_src) = time(&search_parts)?;
-    log(&format!("search placement: {:.1} us", search_m.median_us));
-    // Every placement timed: (where it came from, parts, median, program hash).
-    let mut all: Vec<(String, Vec<Part>, f64, u64)> = vec![(
-        "search".to_string(),
-        search_parts,
-        search_m.median_us,
-        search_src,
-    )];
-
-    // The baselines.
+    let mut labelled: Vec<(String, Vec<Part>)> = vec![("search".to_string(), search_parts)];
     let mut lists = Vec::new();
     if names.contains(&"c") {
         lists.push(("c".to_string(), "c".to_string(), false));
@@ -246,7 +250,7 @@ pub fn evolve_model(
             lists.push((format!("greedy {lib},c"), format!("{lib},c"), true));
         }
     }
-    let mut baselines = Vec::new();
+    let n_baselines = lists.len();
     for (label, list, greedy) in lists {
         let o = Options {
             backends: list,
@@ -256,53 +260,70 @@ pub fn evolve_model(
             threads,
             ..Options::default()
         };
-        let parts = place_graph(g, &o, target)?.placement.parts;
-        let (m, src) = time(&parts)?;
-        log(&format!("{label}: {:.1} us", m.median_us));
-        baselines.push((label.clone(), m.median_us));
-        all.push((label, parts, m.median_us, src));
+        labelled.push((label, place_graph(g, &o, target)?.placement.parts));
     }
-
-    // Maximal fusion on each library (its largest candidates first): what the per-kernel costs
-    // cannot see, e.g. oneDNN convolutions handing their outputs to each other in their own
-    // layout, shows end to end.
     for (b, lib) in names.iter().enumerate().filter(|(_, &n)| n != "c") {
         let Some(chosen) = largest_on(&problem, b, SearchLimits::default())
             .map_err(|e| model_err(format!("placement search: {e}")))?
         else {
             continue;
         };
-        let label = format!("largest {lib}");
-        let parts = place::parts_of(&problem, &chosen, &backends);
-        let (m, src) = time(&parts)?;
-        log(&format!("{label}: {:.1} us", m.median_us));
+        labelled.push((
+            format!("largest {lib}"),
+            place::parts_of(&problem, &chosen, &backends),
+        ));
+    }
+    let batch: Vec<Vec<Part>> = labelled.iter().map(|(_, p)| p.clone()).collect();
+    let ms = time(&batch)?;
+    let search_m = ms[0].0;
+    let mut baselines = Vec::new();
+    // Every placement timed: (where it came from, parts, median, program hash).
+    let mut all: Vec<(String, Vec<Part>, f64, u64)> = Vec::new();
+    for (i, ((label, parts), (m, src))) in labelled.into_iter().zip(ms).enumerate() {
+        if i == 0 {
+            log(&format!("search placement: {:.1} us", m.median_us));
+        } else {
+            log(&format!("{label}: {:.1} us", m.median_us));
+        }
+        if (1..=n_baselines).contains(&i) {
+            baselines.push((label.clone(), m.median_us));
+        }
         all.push((label, parts, m.median_us, src));
     }
 
     // Evolution, seeded with the search's placement.
     let mut failure = None;
     let mut measured: Vec<(Vec<usize>, f64, u64)> = Vec::new();
-    evolve(
+    evolve_batched(
         &problem,
         &r.chosen,
-        &mut |chosen| {
+        &mut |batch| {
+            let mut scores = vec![f64::INFINITY; batch.len()];
             if failure.is_some() {
-                return f64::INFINITY;
+                return scores;
             }
-            if chosen == r.chosen.as_slice() {
-                return search_m.median_us;
-            }
-            match time(&place::parts_of(&problem, chosen, &backends)) {
-                Ok((m, src)) => {
-                    log(&format!("evolution candidate: {:.1} us", m.median_us));
-                    measured.push((chosen.to_vec(), m.median_us, src));
-                    m.median_us
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    f64::INFINITY
+            // The seed is the search's placement, timed already.
+            let todo: Vec<usize> = (0..batch.len()).filter(|&i| batch[i] != r.chosen).collect();
+            for (i, c) in batch.iter().enumerate() {
+                if *c == r.chosen {
+                    scores[i] = search_m.median_us;
                 }
             }
+            let parts: Vec<Vec<Part>> = todo
+                .iter()
+                .map(|&i| place::parts_of(&problem, &batch[i], &backends))
+                .collect();
+            match time(&parts) {
+                Ok(ms) => {
+                    for (&i, (m, src)) in todo.iter().zip(ms) {
+                        log(&format!("evolution candidate: {:.1} us", m.median_us));
+                        measured.push((batch[i].clone(), m.median_us, src));
+                        scores[i] = m.median_us;
+                    }
+                }
+                Err(e) => failure = Some(e),
+            }
+            scores
         },
         params,
     )

@@ -1126,6 +1126,26 @@ struct Individual {
 /// Graph-level refinement by evolutionary search, seeded with a placement (normally the one from
 /// [`search`]) and scored by `score` (lower is better; a stand-in for end-to-end measurement, called
 /// with a placement in order of the candidates' lowest node; non-finite scores rank last).
+/// [`evolve_batched`] with one placement scored at a time.
+pub fn evolve(
+    problem: &SearchProblem,
+    seed_placement: &[usize],
+    score: &mut dyn FnMut(&[usize]) -> f64,
+    params: EvolveParams,
+) -> Result<Evolved, SearchError> {
+    evolve_batched(
+        problem,
+        seed_placement,
+        &mut |batch| batch.iter().map(|c| score(c)).collect(),
+        params,
+    )
+}
+
+/// [`evolve`] with the placements of a generation scored together: `score` receives every
+/// placement of one generation not scored before (distinct, in breeding order) and returns their
+/// scores in that order, so that a caller measuring end to end can compile them in parallel.
+/// The result is the one [`evolve`] gives with the same scores: within a generation, parents are
+/// drawn from the previous one and the best so far only seeds the next.
 ///
 /// The genome gives, per node, the candidate (hence backend) covering it. Each generation keeps the
 /// best individual so far and breeds the rest: two parents by binary tournament, two-point crossover
@@ -1134,10 +1154,10 @@ struct Individual {
 /// gene's candidate if that is disjoint from what is covered, else the cheapest single-node
 /// candidate for it, else the cheapest disjoint candidate containing it; a child that cannot be
 /// repaired is replaced by its first parent. Deterministic for a given `params.seed`.
-pub fn evolve(
+pub fn evolve_batched(
     problem: &SearchProblem,
     seed_placement: &[usize],
-    score: &mut dyn FnMut(&[usize]) -> f64,
+    score: &mut dyn FnMut(&[Vec<usize>]) -> Vec<f64>,
     params: EvolveParams,
 ) -> Result<Evolved, SearchError> {
     problem.validate()?;
@@ -1196,23 +1216,41 @@ pub fn evolve(
             genes[y] = c;
         }
     };
+    // Scores a generation's children (a child that could not be repaired is its parent, scored
+    // already): the placements not scored before go to `score` in one batch.
     let mut memo: BTreeMap<Vec<usize>, f64> = BTreeMap::new();
-    let mut evaluate = |genes: Vec<usize>, chosen: Vec<usize>| -> Individual {
-        let s = *memo.entry(chosen.clone()).or_insert_with(|| score(&chosen));
-        Individual {
-            genes,
-            chosen,
-            score: s,
+    let mut evaluate = |children: Vec<Result<(Vec<usize>, Vec<usize>), Individual>>| {
+        let mut todo: Vec<Vec<usize>> = Vec::new();
+        for (_, chosen) in children.iter().flatten() {
+            if !memo.contains_key(chosen) && !todo.contains(chosen) {
+                todo.push(chosen.clone());
+            }
         }
+        if !todo.is_empty() {
+            let scores = score(&todo);
+            for (i, chosen) in todo.into_iter().enumerate() {
+                memo.insert(chosen, scores.get(i).copied().unwrap_or(f64::NAN));
+            }
+        }
+        children
+            .into_iter()
+            .map(|c| match c {
+                Ok((genes, chosen)) => Individual {
+                    score: memo[&chosen],
+                    genes,
+                    chosen,
+                },
+                Err(parent) => parent,
+            })
+            .collect::<Vec<_>>()
     };
 
     let mut rng = Rng::new(params.seed);
     let mut seed_chosen = seed_placement.to_vec();
     seed_chosen.sort_by_key(|&c| cands[c].nodes[0]);
-    let seed = evaluate(seed_genes, seed_chosen);
+    let seed = evaluate(vec![Ok((seed_genes, seed_chosen))]).remove(0);
     let mut best = seed.clone();
-    let mut population = vec![seed.clone()];
-    let mut breed = |parents: (&Individual, &Individual), rng: &mut Rng, force: bool| {
+    let breed = |parents: (&Individual, &Individual), rng: &mut Rng, force: bool| {
         let mut genes = parents.0.genes.clone();
         if n > 0 {
             let (a, b) = (rng.below(n + 1), rng.below(n + 1));
@@ -1228,21 +1266,21 @@ pub fn evolve(
                 }
             }
         }
-        match repair(&genes) {
-            Some((genes, chosen)) => evaluate(genes, chosen),
-            None => parents.0.clone(),
-        }
+        repair(&genes).ok_or_else(|| parents.0.clone())
     };
-    while population.len() < params.population {
-        let child = breed((&seed, &seed), &mut rng, true);
+    let children: Vec<_> = (1..params.population)
+        .map(|_| breed((&seed, &seed), &mut rng, true))
+        .collect();
+    let mut population = vec![seed.clone()];
+    for child in evaluate(children) {
         if score_cmp(child.score, best.score) == Ordering::Less {
             best = child.clone();
         }
         population.push(child);
     }
     for _ in 0..params.generations {
-        let mut next = vec![best.clone()];
-        while next.len() < params.population {
+        let mut children = Vec::new();
+        for _ in 1..params.population {
             let pick = |rng: &mut Rng| {
                 let (a, b) = (rng.below(population.len()), rng.below(population.len()));
                 if score_cmp(population[b].score, population[a].score) == Ordering::Less {
@@ -1252,7 +1290,10 @@ pub fn evolve(
                 }
             };
             let (p1, p2) = (pick(&mut rng), pick(&mut rng));
-            let child = breed((&population[p1], &population[p2]), &mut rng, false);
+            children.push(breed((&population[p1], &population[p2]), &mut rng, false));
+        }
+        let mut next = vec![best.clone()];
+        for child in evaluate(children) {
             if score_cmp(child.score, best.score) == Ordering::Less {
                 best = child.clone();
             }
@@ -1804,6 +1845,46 @@ mod tests {
         let mut broken = |c: &[usize]| if c == seed.as_slice() { 3.0 } else { f64::NAN };
         let e = evolve(&p, &seed, &mut broken, params).unwrap();
         assert_eq!((e.chosen, e.score), (seed, 3.0));
+    }
+
+    /// A batched evolution scores a generation in one call (and the seed in one), each
+    /// placement once, and finds what the one-at-a-time interface finds.
+    #[test]
+    fn batched_evolution_scores_a_generation_per_call_each_placement_once() {
+        let mut rng = Rng::new(77);
+        let params = EvolveParams {
+            population: 6,
+            generations: 4,
+            mutation_rate: 0.2,
+            seed: 9,
+        };
+        for case in 0..20 {
+            let p = random_problem(&mut rng, true, case % 2 == 0);
+            let seed = all_on_backend_zero(&p);
+            let one = evolve(&p, &seed, &mut |c: &[usize]| measured(&p, c), params).unwrap();
+            let mut calls = 0;
+            let mut seen: Vec<Vec<usize>> = Vec::new();
+            let batched = evolve_batched(
+                &p,
+                &seed,
+                &mut |batch: &[Vec<usize>]| {
+                    calls += 1;
+                    for c in batch {
+                        assert!(!seen.contains(c), "case {case}: {c:?} scored twice");
+                        seen.push(c.clone());
+                    }
+                    batch.iter().map(|c| measured(&p, c)).collect()
+                },
+                params,
+            )
+            .unwrap();
+            assert_eq!(one, batched, "case {case}");
+            assert!(
+                calls <= params.generations + 2,
+                "case {case}: {calls} calls"
+            );
+            assert_eq!(seen.len(), batched.evaluations);
+        }
     }
 
     #[test]

@@ -517,6 +517,65 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// `source` compiled into a shared library in `work`, named by its content (with `opt` and
+/// `defines`): a library built before (a placement timed again, a finalist) is not rebuilt.
+fn compile_shared(
+    source: &str,
+    stem: &str,
+    work: &Path,
+    opt: &str,
+    defines: &[&str],
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(work).map_err(io_err(work))?;
+    let h = fnv1a(&[
+        source.as_bytes(),
+        opt.as_bytes(),
+        defines.join(" ").as_bytes(),
+    ]);
+    let name = format!("{stem}_{h:016x}");
+    let so = work.join(format!("lib{name}.so"));
+    if !so.exists() {
+        // Per thread: models compiled side by side (`prebuild_models`) may share a stem.
+        let tag = format!("{}.{:?}", std::process::id(), std::thread::current().id());
+        let tag: String = tag.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let c_path = work.join(format!("{name}.{tag}.c"));
+        std::fs::write(&c_path, source).map_err(io_err(&c_path))?;
+        let tmp = work.join(format!("lib{name}.{tag}.tmp.so"));
+        build_shared_with(&c_path, &tmp, opt, defines)?;
+        std::fs::rename(&tmp, &so).map_err(io_err(&so))?;
+    }
+    Ok(so)
+}
+
+/// Compiles the shared libraries of `models` side by side, one per core, so that
+/// [`build_model`] then only loads them: what end-to-end measurements of many placements
+/// (`collage tune --evolve`) spend most of their time on. The first error is returned.
+pub fn prebuild_models(models: &[&Compiled], work: &Path, opt: &str) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let defines = host_only();
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..cores.min(models.len()))
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(c) = models.get(i) else {
+                            return Ok(());
+                        };
+                        compile_shared(&c.c_source, &c.symbol, work, opt, defines)?;
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
 /// Writes `source` to `work`, compiles it with [`build_shared_with`] (unless `work` holds the
 /// library already) and loads it. Files are named by a hash of the source, the flags and the
 /// defines, and the library is compiled under a temporary name and renamed, so a library that
@@ -528,23 +587,7 @@ fn compile_and_load(
     opt: &str,
     defines: &[&str],
 ) -> Result<(Arc<libloading::Library>, PathBuf)> {
-    std::fs::create_dir_all(work).map_err(io_err(work))?;
-    let h = fnv1a(&[
-        source.as_bytes(),
-        opt.as_bytes(),
-        defines.join(" ").as_bytes(),
-    ]);
-    let name = format!("{stem}_{h:016x}");
-    let c_path = work.join(format!("{name}.c"));
-    std::fs::write(&c_path, source).map_err(io_err(&c_path))?;
-    let so = work.join(format!("lib{name}.so"));
-    // Named by its content: a library built before (a placement timed again, a finalist) is
-    // loaded as it is.
-    if !so.exists() {
-        let tmp = work.join(format!("lib{name}.{}.tmp.so", std::process::id()));
-        build_shared_with(&c_path, &tmp, opt, defines)?;
-        std::fs::rename(&tmp, &so).map_err(io_err(&so))?;
-    }
+    let so = compile_shared(source, stem, work, opt, defines)?;
     // SAFETY: the library was just built from generated C code, which has no constructors.
     let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| Error::Load {
         path: so.clone(),
