@@ -4,8 +4,9 @@
 //!
 //! A kernel is a [`Nest`]: a family (its type and sketch set: in this compiler the plan kinds
 //! that fit it, with the ranks of its loops) and the extent of every loop. Two kernels of one
-//! family form a *reuse pair* when one nest dominates the other (Def. 2: every extent of one is
-//! at least the other's). The *optimisation choice graph* has a root, one node per kernel, an
+//! type form a *reuse pair* when one nest dominates the other (Def. 2: every extent of one is
+//! at least the other's); the pair's edge goes from the kernel whose plans can be realised for
+//! the other ([`Nest::serves`]). The *optimisation choice graph* has a root, one node per kernel, an
 //! edge root → v costing v's tuning from scratch and an edge u → v per reuse pair costing v's
 //! tuning by reuse from u; the cheapest way to tune every kernel is its min-cost arborescence
 //! ([`min_arborescence`], Chu–Liu/Edmonds; `petgraph` has none, so it is written here). A 1-hop
@@ -15,10 +16,14 @@
 //! solves approximately).
 use std::collections::HashSet;
 
+/// The plan kinds that tell what a kernel computes (its type, beside the ranks of its loops).
+const TYPE_KINDS: [&str; 4] = ["register-blocked", "depthwise", "elementwise", "scan"];
+
 /// A kernel's loop nest, as reuse pairs see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Nest {
-    /// Type and sketch set: only nests of one family are compared.
+    /// Type and sketch set: the plan kinds that fit, then the ranks of the output and the
+    /// reduction (`register-blocked,row,plain/3/1`); see [`Nest::serves`].
     pub family: String,
     /// Every loop's extent (output dimensions, then reduction ones).
     pub extents: Vec<usize>,
@@ -33,9 +38,48 @@ impl Nest {
         }
     }
 
-    /// Whether `self` dominates `o`: same family and rank, every extent at least `o`'s.
+    /// The family's plan kinds (its sketch set) and the rest of it (the ranks of its loops).
+    fn kinds_and_ranks(&self) -> (Vec<&str>, &str) {
+        match self.family.split_once('/') {
+            Some((kinds, ranks)) => (kinds.split(',').collect(), ranks),
+            None => (vec![self.family.as_str()], ""),
+        }
+    }
+
+    /// The plan kinds that fit (the family's sketch set).
+    pub fn kinds(&self) -> Vec<&str> {
+        self.kinds_and_ranks().0
+    }
+
+    /// The family's type: the ranks of its loops and the kinds that tell what it computes (a
+    /// contraction register-blocks, a depthwise window runs on planes, a map is elementwise, a
+    /// scan carries a value along its loop).
+    fn type_of(&self) -> (Vec<&str>, &str) {
+        let (kinds, ranks) = self.kinds_and_ranks();
+        let typed = kinds
+            .into_iter()
+            .filter(|k| TYPE_KINDS.contains(k))
+            .collect();
+        (typed, ranks)
+    }
+
+    /// Whether a plan of `self` can be realised for `o`: both of one type (ETO's operator
+    /// type), and every plan kind that fits `self` fits `o` (the kinds that fit a kernel
+    /// depend on its extents: a larger kernel of the same type may fit more of them).
+    pub fn serves(&self, o: &Nest) -> bool {
+        if self.family == o.family {
+            return true;
+        }
+        let ((kinds, ranks), (theirs, their_ranks)) = (self.kinds_and_ranks(), o.kinds_and_ranks());
+        ranks == their_ranks
+            && self.type_of() == o.type_of()
+            && kinds.iter().all(|k| theirs.contains(k))
+    }
+
+    /// Whether `self` dominates `o` (Def. 2): `self` serves `o`, same rank, every extent at
+    /// least `o`'s.
     pub fn dominates(&self, o: &Nest) -> bool {
-        self.family == o.family
+        self.serves(o)
             && self.extents.len() == o.extents.len()
             && self.extents.iter().zip(&o.extents).all(|(a, b)| a >= b)
     }
@@ -45,19 +89,50 @@ impl Nest {
         self.dominates(o) || o.dominates(self)
     }
 
+    /// Whether `o` may be tuned by reuse of `self`'s best plan: they form a reuse pair and
+    /// `self`'s plans can be realised for `o` (the edge `self → o` of the choice graph).
+    pub fn reuse_source(&self, o: &Nest) -> bool {
+        self.serves(o)
+            && (self.dominates(o)
+                || (self.extents.len() == o.extents.len()
+                    && self.extents.iter().zip(&o.extents).all(|(a, b)| a <= b)))
+    }
+
+    /// Whether `self` is of `o`'s type and ranks and at least as large in every loop: a
+    /// kernel whose loops, shrunk, give `o` (a bridge).
+    pub fn encloses(&self, o: &Nest) -> bool {
+        self.kinds_and_ranks().1 == o.kinds_and_ranks().1
+            && self.type_of() == o.type_of()
+            && self.extents.len() == o.extents.len()
+            && self.extents.iter().zip(&o.extents).all(|(a, b)| a >= b)
+    }
+
     /// The 1-hop bridge of `self` and `o` (Def. 5): the element-wise minimum of their
-    /// extents, for two nests of one family and rank that are no reuse pair.
+    /// extents, of the kinds both fit (so that it serves both), for two nests of one type and
+    /// rank that are no reuse pair.
     pub fn bridge(&self, o: &Nest) -> Option<Nest> {
-        (self.family == o.family && self.extents.len() == o.extents.len() && !self.reuse_pair(o))
-            .then(|| Nest {
-                family: self.family.clone(),
-                extents: self
-                    .extents
-                    .iter()
-                    .zip(&o.extents)
-                    .map(|(a, b)| *a.min(b))
-                    .collect(),
-            })
+        let ((kinds, ranks), (theirs, their_ranks)) = (self.kinds_and_ranks(), o.kinds_and_ranks());
+        let common: Vec<&str> = kinds.into_iter().filter(|k| theirs.contains(k)).collect();
+        let family = if ranks.is_empty() {
+            common.join(",")
+        } else {
+            format!("{}/{ranks}", common.join(","))
+        };
+        (ranks == their_ranks
+            && self.type_of() == o.type_of()
+            && !common.is_empty()
+            && self.extents.len() == o.extents.len()
+            && !self.reuse_source(o)
+            && !o.reuse_source(self))
+        .then(|| Nest {
+            family,
+            extents: self
+                .extents
+                .iter()
+                .zip(&o.extents)
+                .map(|(a, b)| *a.min(b))
+                .collect(),
+        })
     }
 
     /// How far apart two nests are: the sum over loops of `|log2(a / b)|` (0 for equal nests).
@@ -289,7 +364,7 @@ fn arborescence(
             continue;
         }
         for (i, &u) in used.iter().enumerate() {
-            if u != v && nodes[u].reuse_pair(&nodes[v]) {
+            if u != v && nodes[u].reuse_source(&nodes[v]) {
                 edges.push(Edge {
                     from: i,
                     to: j,
@@ -374,6 +449,38 @@ mod tests {
         assert!(!conv.reuse_pair(&c) && conv.bridge(&b).is_none());
         assert!(!nest(&[2, 2]).reuse_pair(&nest(&[2, 2, 2])));
         assert_eq!(nest(&[4, 8]).distance(&nest(&[1, 8])), 2.0);
+    }
+
+    /// Kernels of one type whose sketch sets differ (the kinds that fit depend on extents): a
+    /// plan of the kernel that fits fewer kinds can be realised for one that fits more, not the
+    /// other way round, and another type (a row reduction beside a contraction) never serves.
+    #[test]
+    fn a_smaller_sketch_set_serves_a_larger_one_of_its_type() {
+        let few = Nest::new("register-blocked,plain/3/1", vec![1, 96, 12544, 16]);
+        let many = Nest::new(
+            "channel-vectorised,register-blocked,row,plain/3/1",
+            vec![1, 64, 196, 384],
+        );
+        let row = Nest::new("row,plain/3/1", vec![1, 96, 12544, 16]);
+        assert!(few.serves(&many) && !many.serves(&few));
+        assert!(!row.serves(&many) && !row.serves(&few) && !few.serves(&row));
+        // Not a reuse pair (16 < 384 but 96 > 64): their bridge fits the kinds both fit.
+        assert!(!few.reuse_source(&many) && !many.reuse_source(&few));
+        let b = few.bridge(&many).expect("a bridge");
+        assert_eq!(
+            b,
+            Nest::new("register-blocked,plain/3/1", vec![1, 64, 196, 16])
+        );
+        assert!(b.reuse_source(&few) && b.reuse_source(&many));
+        assert!(few.encloses(&b) && many.encloses(&b) && !row.encloses(&b));
+        // Dominated in every loop: the edge goes from the fewer kinds to the more, either way
+        // round in size.
+        let small = Nest::new("register-blocked,plain/3/1", vec![1, 16, 196, 16]);
+        assert!(small.reuse_source(&many) && !many.reuse_source(&small));
+        assert!(row.bridge(&many).is_none(), "no bridge across types");
+        // The same family is a reuse pair whichever way.
+        let big = Nest::new("register-blocked,plain/3/1", vec![1, 96, 12544, 32]);
+        assert!(few.reuse_source(&big) && big.reuse_source(&few));
     }
 
     /// The cheapest arborescence by trying every choice of one incoming edge per node.

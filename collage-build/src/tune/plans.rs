@@ -496,8 +496,8 @@ pub fn tune_plans(
         });
     }
     report.already = tuned.iter().filter(|&&t| t).count();
-    // Tuned entries of the cache (other models' kernels) of a family met here are sources too.
-    let families: Vec<String> = nodes.iter().map(|n| n.nest.family.clone()).collect();
+    // Tuned entries of the cache (other models' kernels) of a type met here are sources too.
+    let kernels = nodes.len();
     for (key, e) in cache.entries_for_target(fingerprint) {
         if nodes.iter().any(|n| n.key.as_ref() == Some(key)) {
             continue;
@@ -511,7 +511,7 @@ pub fn tune_plans(
         ) else {
             continue;
         };
-        if !families.contains(&nt.family) {
+        if !nodes[..kernels].iter().any(|n| nt.serves(&n.nest)) {
             continue;
         }
         tuned.push(true);
@@ -538,16 +538,33 @@ pub fn tune_plans(
             let from = nodes
                 .iter()
                 .filter(|n| n.prog.as_ref().is_some_and(|(k, _)| k.groups.is_empty()))
-                .filter(|n| n.nest.dominates(&g))
+                .filter(|n| n.nest.encloses(&g))
                 .min_by_key(|n| n.nest.extents.iter().product::<usize>());
             let Some((k, kid)) = from.and_then(|n| n.prog.as_ref()) else {
                 continue;
             };
             let b = shrink(k, &g.extents, &target);
-            if nest(&b, *kid, isa, &cpu) != g {
-                continue; // the shrunk kernel is of another family: no bridge
+            // The shrunk kernel may fit more kinds than both ends do: the bridge is tuned over
+            // the kinds of its nest alone, so that its best plan serves both.
+            let realised = nest(&b, *kid, isa, &cpu);
+            if realised.extents != g.extents {
+                continue;
             }
-            let space = space(&b, *kid, isa, &cpu, &target);
+            let g = if realised.serves(&g) {
+                realised
+            } else if g.serves(&realised) {
+                g
+            } else {
+                continue;
+            };
+            let kinds = g.kinds();
+            let space: Vec<_> = space(&b, *kid, isa, &cpu, &target)
+                .into_iter()
+                .filter(|(c, _)| kinds.contains(&c.kind().name()))
+                .collect();
+            if space.is_empty() {
+                continue;
+            }
             nodes.push(Node {
                 name: format!("bridge {}", nest_text(&g)),
                 nest: g,
