@@ -1798,6 +1798,19 @@ fn vector_expr_acc(em: &Emitter, e: &Expr, v: u32, col: &str, vt: &str, acc: &st
         }
         Expr::LoadFlat(..) => format!("(*(const {vt} *){})", row_address(em, e, v, col)),
         Expr::Acc => acc.to_string(),
+        // Against a one-element constant that is not NaN (a Clip's bound), as the scalar
+        // `cl_maxc` / `cl_minc`.
+        Expr::Bin(op @ (BinOp::Max | BinOp::Min), a, b)
+            if !is_vector(b, v) && em.scalar_bound(b) =>
+        {
+            let w = vt.trim_start_matches("cl_f32x");
+            let f = if *op == BinOp::Max {
+                "cl_vmaxc"
+            } else {
+                "cl_vminc"
+            };
+            format!("{f}({w}, {}, {})", vec(a), em.expr(b))
+        }
         Expr::Bin(op @ (BinOp::Max | BinOp::Min), a, b) => {
             let w = vt.trim_start_matches("cl_f32x");
             let f = if *op == BinOp::Max {

@@ -349,6 +349,11 @@ typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
    would pass wide vectors through memory. */
 #define cl_vsel(W, m, a, b) ((cl_f32x##W)(((cl_i32x##W)(a) & (m)) | ((cl_i32x##W)(b) & ~(m))))
 #define cl_vmax(W, a, b) ({ cl_f32x##W cl_a_ = (a), cl_b_ = (b); cl_vsel(W, (cl_a_ >= cl_b_) | (cl_a_ != cl_a_), cl_a_, cl_b_); })
+/* Max / min against a bound `c` that is not NaN (a Clip's constant bound; cl_maxc_f32 per
+   lane): one comparison and one select. `c` is a scalar, broadcast as `c - 0` (an identity GCC
+   folds, where `0 + c` would turn -0 into +0 and cost an add per use). */
+#define cl_vmaxc(W, a, c) ({ cl_f32x##W cl_a_ = (a), cl_c_ = (c) - (cl_f32x##W){0}; cl_vsel(W, cl_a_ < cl_c_, cl_c_, cl_a_); })
+#define cl_vminc(W, a, c) ({ cl_f32x##W cl_a_ = (a), cl_c_ = (c) - (cl_f32x##W){0}; cl_vsel(W, cl_a_ > cl_c_, cl_c_, cl_a_); })
 #define cl_verf(W, x) ({ cl_f32x##W x_ = (x); cl_i32x##W sign_ = (cl_i32x##W)x_ & (int32_t)0x80000000; \
     cl_f32x##W a_ = (cl_f32x##W)((cl_i32x##W)x_ & 0x7fffffff), t_ = CL_ERF_POLY(a_); \
     t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; t_ = t_ * t_; \
