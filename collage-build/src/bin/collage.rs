@@ -102,7 +102,8 @@ enum Cmd {
         #[arg(long, default_value = "")]
         backends: String,
         /// Then refine the placement by end-to-end measurement: evolutionary search seeded with
-        /// the search's placement, against the baselines (`c`, `--greedy LIB,c`); the fastest is
+        /// the search's placement, against the baselines (`c`, `--greedy LIB,c`, the placement
+        /// a build without the cache makes); the fastest is
         /// recorded in the cache and used by builds.
         #[arg(long)]
         evolve: bool,

@@ -8,10 +8,11 @@
 //! `P(b,b)` are the same two kernels per backend, so `P(a,b) - (P(a,a) + P(b,b)) / 2` is what
 //! crossing costs beyond the kernels themselves (clamped at zero: a crossing never pays back).
 //!
-//! Evolution: the search's placement seeds [`evolve`]; every placement it proposes is compiled
-//! and timed end to end; the baselines (`c` alone, and `--greedy LIB,c` for every library) and
-//! each library's maximal fusion ([`largest_on`]) are timed too. The fastest few distinct
-//! programs are then re-timed side by side in rotated rounds, and the winner is recorded in the
+//! Evolution: the search's placement seeds [`evolve_batched`]; every placement it proposes is
+//! compiled and timed end to end; the baselines (`c` alone, `--greedy LIB,c` for every library,
+//! and the placement a build without the cache makes) and each library's maximal fusion
+//! ([`largest_on`]) are timed too. The search's and the baselines' programs and the fastest few
+//! others are then re-timed side by side in rotated rounds, and the winner is recorded in the
 //! cost cache under [`placement_key`], where normal builds find it.
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,11 +31,12 @@ use crate::tune::measure::{self, MeasureBudget, Measurement};
 use crate::tune::price::{placement_key, transition, transition_key, Pricer};
 use crate::tune::{CostCache, Entry, TargetFingerprint};
 
-/// Distinct programs re-timed in the final rounds of [`evolve_model`].
-const FINALISTS: usize = 4;
+/// Distinct programs re-timed in the final rounds of [`evolve_model`] beside the search's and
+/// the baselines'.
+const FINALISTS: usize = 3;
 
 /// Final rounds of [`evolve_model`].
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// The budget of one end-to-end measurement.
 pub fn end_to_end_budget() -> MeasureBudget {
@@ -158,9 +160,11 @@ fn compile_parts(g: &Graph, parts: &[Part]) -> Result<Compiled> {
 pub struct Evolution {
     /// The search's placement.
     pub search_us: f64,
-    /// Every baseline: `c`, and `greedy LIB,c` for each library offered.
+    /// Every baseline: `c`, `greedy LIB,c` for each library offered, and `untuned` (the
+    /// placement a build without the cache makes).
     pub baselines: Vec<(String, f64)>,
-    /// The final rounds: the fastest distinct programs re-timed side by side (where each came
+    /// The final rounds: the search's, the baselines' and the fastest other distinct programs
+    /// re-timed side by side (where each came
     /// from, lowest round median).
     pub finals: Vec<(String, f64)>,
     /// The fastest placement of the final rounds.
@@ -245,17 +249,20 @@ pub fn evolve_model(
     let mut labelled: Vec<(String, Vec<Part>)> = vec![("search".to_string(), search_parts)];
     let mut lists = Vec::new();
     if names.contains(&"c") {
-        lists.push(("c".to_string(), "c".to_string(), false));
+        lists.push(("c".to_string(), "c".to_string(), false, true));
         for lib in names.iter().filter(|&&n| n != "c") {
-            lists.push((format!("greedy {lib},c"), format!("{lib},c"), true));
+            lists.push((format!("greedy {lib},c"), format!("{lib},c"), true, true));
         }
     }
+    // What a build without the cache runs (analytic prices): per-kernel measurements taken
+    // standalone, on one thread, can place worse than the model's estimates.
+    lists.push(("untuned".to_string(), opts.backends.clone(), false, false));
     let n_baselines = lists.len();
-    for (label, list, greedy) in lists {
+    for (label, list, greedy, cached) in lists {
         let o = Options {
             backends: list,
             greedy,
-            cache: Some(snapshot.clone()),
+            cache: cached.then(|| snapshot.clone()),
             target: Some(target.clone()),
             threads,
             ..Options::default()
@@ -340,20 +347,24 @@ pub fn evolve_model(
         ));
     }
 
-    // Final rounds: the fastest few distinct programs, loaded side by side and re-timed in
-    // rotated rounds (one timing of a program differs from the next by several per cent here);
+    // Final rounds: the search's and the baselines' programs and the fastest few others,
+    // loaded side by side and re-timed in rotated rounds (one timing of a program differs from
+    // the next by several per cent here, so a first timing alone never rules a baseline out);
     // the lowest round median wins.
-    all.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let mandatory = 1 + n_baselines;
+    all[mandatory..].sort_by(|a, b| a.2.total_cmp(&b.2));
     // Placements that differ only in how `c` nodes are grouped give the same program: one
     // finalist each, named after the search or a baseline rather than the evolution when it is one.
     let mut finalists: Vec<(String, Vec<Part>, measure::Harness)> = Vec::new();
     let mut sources: std::collections::HashMap<u64, usize> = Default::default();
-    for (label, parts, _, src) in all {
+    let mut others = 0;
+    for (k, (label, parts, _, src)) in all.into_iter().enumerate() {
         if let Some(&i) = sources.get(&src) {
             if finalists[i].0 == "evolution" {
                 finalists[i].0 = label;
             }
-        } else if finalists.len() < FINALISTS {
+        } else if k < mandatory || others < FINALISTS {
+            others += usize::from(k >= mandatory);
             let h = measure::build_model(&compile_parts(g, &parts)?, work, "-O3")?;
             sources.insert(src, finalists.len());
             finalists.push((label, parts, h));
