@@ -164,8 +164,7 @@ pub struct Evolution {
     /// placement a build without the cache makes).
     pub baselines: Vec<(String, f64)>,
     /// The final rounds: the search's, the baselines' and the fastest other distinct programs
-    /// re-timed side by side (where each came
-    /// from, lowest round median).
+    /// re-timed side by side (where each came from, lowest round median).
     pub finals: Vec<(String, f64)>,
     /// The fastest placement of the final rounds.
     pub best_us: f64,
@@ -310,10 +309,12 @@ pub fn evolve_model(
                 return scores;
             }
             // The seed is the search's placement, timed already.
-            let todo: Vec<usize> = (0..batch.len()).filter(|&i| batch[i] != r.chosen).collect();
+            let mut todo = Vec::new();
             for (i, c) in batch.iter().enumerate() {
                 if *c == r.chosen {
                     scores[i] = search_m.median_us;
+                } else {
+                    todo.push(i);
                 }
             }
             let parts: Vec<Vec<Part>> = todo

@@ -70,18 +70,20 @@ impl Nest {
         if self.family == o.family {
             return true;
         }
-        let ((kinds, ranks), (theirs, their_ranks)) = (self.kinds_and_ranks(), o.kinds_and_ranks());
-        ranks == their_ranks
-            && self.type_of() == o.type_of()
-            && kinds.iter().all(|k| theirs.contains(k))
+        let theirs = o.kinds();
+        self.type_of() == o.type_of() && self.kinds().iter().all(|k| theirs.contains(k))
+    }
+
+    /// Whether `self` has `o`'s rank and every extent at least `o`'s.
+    fn covers(&self, o: &Nest) -> bool {
+        self.extents.len() == o.extents.len()
+            && self.extents.iter().zip(&o.extents).all(|(a, b)| a >= b)
     }
 
     /// Whether `self` dominates `o` (Def. 2): `self` serves `o`, same rank, every extent at
     /// least `o`'s.
     pub fn dominates(&self, o: &Nest) -> bool {
-        self.serves(o)
-            && self.extents.len() == o.extents.len()
-            && self.extents.iter().zip(&o.extents).all(|(a, b)| a >= b)
+        self.serves(o) && self.covers(o)
     }
 
     /// Whether `self` and `o` form a reuse pair (either dominates the other).
@@ -92,34 +94,28 @@ impl Nest {
     /// Whether `o` may be tuned by reuse of `self`'s best plan: they form a reuse pair and
     /// `self`'s plans can be realised for `o` (the edge `self → o` of the choice graph).
     pub fn reuse_source(&self, o: &Nest) -> bool {
-        self.serves(o)
-            && (self.dominates(o)
-                || (self.extents.len() == o.extents.len()
-                    && self.extents.iter().zip(&o.extents).all(|(a, b)| a <= b)))
+        self.serves(o) && (self.covers(o) || o.covers(self))
     }
 
     /// Whether `self` is of `o`'s type and ranks and at least as large in every loop: a
     /// kernel whose loops, shrunk, give `o` (a bridge).
     pub fn encloses(&self, o: &Nest) -> bool {
-        self.kinds_and_ranks().1 == o.kinds_and_ranks().1
-            && self.type_of() == o.type_of()
-            && self.extents.len() == o.extents.len()
-            && self.extents.iter().zip(&o.extents).all(|(a, b)| a >= b)
+        self.type_of() == o.type_of() && self.covers(o)
     }
 
     /// The 1-hop bridge of `self` and `o` (Def. 5): the element-wise minimum of their
     /// extents, of the kinds both fit (so that it serves both), for two nests of one type and
     /// rank that are no reuse pair.
     pub fn bridge(&self, o: &Nest) -> Option<Nest> {
-        let ((kinds, ranks), (theirs, their_ranks)) = (self.kinds_and_ranks(), o.kinds_and_ranks());
+        let (kinds, ranks) = self.kinds_and_ranks();
+        let theirs = o.kinds();
         let common: Vec<&str> = kinds.into_iter().filter(|k| theirs.contains(k)).collect();
         let family = if ranks.is_empty() {
             common.join(",")
         } else {
             format!("{}/{ranks}", common.join(","))
         };
-        (ranks == their_ranks
-            && self.type_of() == o.type_of()
+        (self.type_of() == o.type_of()
             && !common.is_empty()
             && self.extents.len() == o.extents.len()
             && !self.reuse_source(o)
