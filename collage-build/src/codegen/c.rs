@@ -347,7 +347,11 @@ pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> Strin
         out.line("#endif");
     }
     out.line("#endif");
+    // `CL_NO_BASE` leaves the baseline out where a variant is compiled: measurements on this
+    // machine run its widest variant only (`Isa::only`), and compile a third less C.
+    out.line("#if !defined(CL_DISPATCH) || !defined(CL_NO_BASE)");
     emit_variant(&mut out, p, locs, Isa::Base, &windows, symbol);
+    out.line("#endif");
     out.line("");
     out.open(format!("void collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
     if let Some((_, w)) = &windows {
@@ -367,7 +371,11 @@ pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> Strin
         out.raw("#endif\n");
     }
     out.raw("#endif\n");
+    out.raw("#if defined(CL_DISPATCH) && defined(CL_NO_BASE)\n");
+    out.line("__builtin_trap(); /* built for a variant this machine lacks */");
+    out.raw("#else\n");
     out.line("run(rt, A, W, I);");
+    out.raw("#endif\n");
     out.close("}");
     out.into_string()
 }

@@ -299,7 +299,12 @@ impl Cpu {
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 pub(crate) fn host_isa() -> VectorIsa {
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    // What the generated code's dispatch asks for before it runs the AVX-512 variant.
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
         VectorIsa::Avx512
     } else if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
