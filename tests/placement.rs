@@ -291,18 +291,40 @@ fn transitions_and_evolution_are_measured_and_recorded() {
         generations: 1,
         ..Default::default()
     };
+    let settings = collage_build::driver::EvolveSettings {
+        threads: 1,
+        params,
+        seconds: None,
+    };
     let r = collage_build::driver::evolve_model(
         &g,
         &opts,
         &target,
         &mut cache,
         &work,
-        1,
-        params,
+        settings,
+        &mut |_| {},
+    )
+    .unwrap();
+    // Out of time once the search's and the baselines' batch is timed: no evolution.
+    let quick = collage_build::driver::evolve_model(
+        &g,
+        &opts,
+        &target,
+        &mut cache.clone(),
+        &work,
+        collage_build::driver::EvolveSettings {
+            seconds: Some(0.0),
+            ..settings
+        },
         &mut |_| {},
     )
     .unwrap();
     let _ = std::fs::remove_dir_all(&work);
+    assert!(quick.stopped.is_some(), "{quick:?}");
+    assert!(quick.evaluations <= r.evaluations, "{quick:?} {r:?}");
+    assert!(quick.finals.iter().all(|f| f.0 != "evolution"), "{quick:?}");
+    assert!(r.stopped.is_none(), "{r:?}");
     let names: Vec<&str> = r.baselines.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["c", "greedy gemm,c", "untuned"]);
     assert!(r.evaluations >= 4, "{r:?}");

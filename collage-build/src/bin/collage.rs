@@ -116,6 +116,10 @@ enum Cmd {
         /// Placements per generation of --evolve.
         #[arg(long, default_value_t = 6)]
         population: usize,
+        /// Seconds --evolve may spend compiling and timing placements (no generation starts
+        /// that would end past it; the final rounds follow); 0: no limit.
+        #[arg(long, default_value_t = collage_build::driver::EVOLVE_SECONDS)]
+        evolve_seconds: f64,
         /// Plans measured for a kernel tuned from scratch (the top of the model's ranking).
         #[arg(long, default_value_t = 16)]
         top_k: usize,
@@ -493,6 +497,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             threads,
             generations,
             population,
+            evolve_seconds,
             top_k,
             exhaustive,
             no_bridges,
@@ -557,6 +562,7 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                     generations,
                     ..Default::default()
                 },
+                seconds: (evolve_seconds > 0.0).then_some(evolve_seconds),
                 ..collage_build::driver::EvolveSettings::on(threads)
             });
             let report = collage_build::driver::tune_graph(

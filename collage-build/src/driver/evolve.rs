@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::place::{self, encode_parts, place_graph};
+use super::EvolveSettings;
 use super::{assignment_of, Options};
 use crate::backend::{self, Backend};
 use crate::codegen::{self, Compiled};
@@ -26,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Tensor, TensorType};
 use crate::ops::{lookup, Attrs, OpCx};
 use crate::partition::place::Part;
-use crate::partition::search::{evolve_batched, largest_on, search, EvolveParams, SearchLimits};
+use crate::partition::search::{evolve_batched, largest_on, search, SearchLimits};
 use crate::tune::measure::{self, MeasureBudget, Measurement};
 use crate::tune::price::{placement_key, transition, transition_key, Pricer};
 use crate::tune::{CostCache, Entry, TargetFingerprint};
@@ -172,22 +173,29 @@ pub struct Evolution {
     pub best_from: String,
     /// Placements compiled and timed.
     pub evaluations: usize,
+    /// Seconds after which the evolution stopped proposing placements, out of its budget
+    /// (`EvolveSettings::seconds`); `None` when it ran every generation.
+    pub stopped: Option<f64>,
 }
 
 /// `collage tune --evolve`: refines the placement of `g` (after the pass pipeline) by end-to-end
-/// measurement on `threads` threads (see the module documentation) and records the fastest in
-/// `cache`. `log` receives one line per measured placement.
-#[allow(clippy::too_many_arguments)]
+/// measurement on `settings.threads` threads (see the module documentation) and records the
+/// fastest in `cache`. `log` receives one line per measured placement.
 pub fn evolve_model(
     g: &Graph,
     opts: &Options,
     target: &TargetFingerprint,
     cache: &mut CostCache,
     work: &Path,
-    threads: usize,
-    params: EvolveParams,
+    settings: EvolveSettings,
     log: &mut dyn FnMut(&str),
 ) -> Result<Evolution> {
+    let EvolveSettings {
+        threads,
+        params,
+        seconds,
+    } = settings;
+    let started = std::time::Instant::now();
     let backends = backend::select(&opts.backends)?;
     let names: Vec<&'static str> = backends.iter().map(|b| b.name()).collect();
     let snapshot = Arc::new(cache.clone());
@@ -202,7 +210,10 @@ pub fn evolve_model(
     // program timed before is not compiled and timed again: its first timing stands. The
     // programs not timed before are compiled side by side first, then timed one at a time.
     let mut timed: std::collections::HashMap<u64, Measurement> = Default::default();
+    // How long the last batch took: a batch is not started when it would end past the budget.
+    let last_batch = std::cell::Cell::new(std::time::Duration::ZERO);
     let mut time = |batch: &[Vec<Part>]| -> Result<Vec<(Measurement, u64)>> {
+        let t0 = std::time::Instant::now();
         evaluations += batch.len();
         let mut fresh: Vec<(u64, Compiled)> = Vec::new();
         let mut srcs = Vec::with_capacity(batch.len());
@@ -220,7 +231,11 @@ pub fn evolve_model(
             let m = measure::end_to_end(c, work, "-O3", threads, budget)?;
             timed.insert(*src, m);
         }
+        last_batch.set(t0.elapsed());
         Ok(srcs.into_iter().map(|s| (timed[&s], s)).collect())
+    };
+    let out_of_time = |last: std::time::Duration| {
+        seconds.is_some_and(|b| started.elapsed() + last > std::time::Duration::from_secs_f64(b))
     };
 
     // The search's placement, over the same problem the evolution mutates.
@@ -299,13 +314,19 @@ pub fn evolve_model(
 
     // Evolution, seeded with the search's placement.
     let mut failure = None;
+    let mut stopped = None;
     let mut measured: Vec<(Vec<usize>, f64, u64)> = Vec::new();
     evolve_batched(
         &problem,
         &r.chosen,
         &mut |batch| {
             let mut scores = vec![f64::INFINITY; batch.len()];
-            if failure.is_some() {
+            if failure.is_some() || stopped.is_some() {
+                return scores;
+            }
+            // Out of time: the generations left score nothing (never better than the seed).
+            if out_of_time(last_batch.get()) {
+                stopped = Some(started.elapsed().as_secs_f64());
                 return scores;
             }
             // The seed is the search's placement, timed already.
@@ -338,6 +359,13 @@ pub fn evolve_model(
     .map_err(|e| model_err(format!("evolution: {e}")))?;
     if let Some(e) = failure {
         return Err(e);
+    }
+    if let Some(t) = stopped {
+        log(&format!(
+            "evolution stopped after {t:.0} s ({} placements timed): the budget is {:.0} s",
+            evaluations,
+            seconds.unwrap_or_default()
+        ));
     }
     for (chosen, us, src) in measured {
         all.push((
@@ -408,5 +436,6 @@ pub fn evolve_model(
         best_us: m.median_us,
         best_from: from,
         evaluations,
+        stopped,
     })
 }

@@ -30,6 +30,7 @@ pub use evolve::{end_to_end_budget, evolve_model, tune_transitions, Evolution};
 pub use place::{encode_parts, place_graph};
 pub use tune::{
     candidate_kernels, tune_candidates, tune_graph, tune_model, EvolveSettings, TuneReport,
+    EVOLVE_SECONDS,
 };
 
 /// The compiler's steps after lowering, in order (`codegen::PIPELINE`; the graph's are

@@ -174,10 +174,19 @@ pub struct EvolveSettings {
     pub threads: usize,
     /// The evolutionary search's population and generations.
     pub params: crate::partition::search::EvolveParams,
+    /// Seconds after which no more placements are compiled and timed (counted from the start
+    /// of the refinement; a generation is not started when the last one's time would overrun
+    /// it); the final rounds follow. `None`: every generation runs.
+    pub seconds: Option<f64>,
 }
 
+/// [`EvolveSettings::on`]'s budget: with `collage tune`'s own measurements (under two minutes on
+/// the benchmark models, 2 cores) the whole run stays within five minutes.
+pub const EVOLVE_SECONDS: f64 = 180.0;
+
 impl EvolveSettings {
-    /// The default refinement on `threads` threads: 4 generations of 6 placements.
+    /// The default refinement on `threads` threads: 4 generations of 6 placements, within
+    /// [`EVOLVE_SECONDS`].
     pub fn on(threads: usize) -> EvolveSettings {
         EvolveSettings {
             threads: threads.max(1),
@@ -186,6 +195,7 @@ impl EvolveSettings {
                 generations: 4,
                 ..Default::default()
             },
+            seconds: Some(EVOLVE_SECONDS),
         }
     }
 }
@@ -216,8 +226,11 @@ impl std::fmt::Display for TuneReport {
             };
             write!(
                 f,
-                "; evolve ({} placements timed end to end on {threads} thread(s)): search {:.1} us; baselines: {}; final rounds: {}; recorded the fastest, from {}: {:.1} us",
+                "; evolve ({} placements timed end to end on {threads} thread(s){}): search {:.1} us; baselines: {}; final rounds: {}; recorded the fastest, from {}: {:.1} us",
                 r.evaluations,
+                r.stopped
+                    .map(|t| format!(", stopped at its time budget after {t:.0} s"))
+                    .unwrap_or_default(),
                 r.search_us,
                 list(&r.baselines),
                 list(&r.finals),
@@ -258,8 +271,7 @@ pub fn tune_graph(
         save(cache)?;
         let evolution = match evolve {
             Some(e) => {
-                let r =
-                    super::evolve_model(g, opts, target, cache, work, e.threads, e.params, log)?;
+                let r = super::evolve_model(g, opts, target, cache, work, e, log)?;
                 save(cache)?;
                 Some((e.threads, r))
             }
