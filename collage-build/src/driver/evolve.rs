@@ -234,8 +234,10 @@ pub fn evolve_model(
         last_batch.set(t0.elapsed());
         Ok(srcs.into_iter().map(|s| (timed[&s], s)).collect())
     };
-    let out_of_time = |last: std::time::Duration| {
-        seconds.is_some_and(|b| started.elapsed() + last > std::time::Duration::from_secs_f64(b))
+    let out_of_time = || {
+        seconds.is_some_and(|b| {
+            started.elapsed() + last_batch.get() > std::time::Duration::from_secs_f64(b)
+        })
     };
 
     // The search's placement, over the same problem the evolution mutates.
@@ -325,7 +327,7 @@ pub fn evolve_model(
                 return scores;
             }
             // Out of time: the generations left score nothing (never better than the seed).
-            if out_of_time(last_batch.get()) {
+            if out_of_time() {
                 stopped = Some(started.elapsed().as_secs_f64());
                 return scores;
             }
