@@ -248,24 +248,28 @@ fn batched_matmul_of_two_activations() {
 fn convolutions_through_im2col_and_direct() {
     // (input shape, weight shape, strides, pads, group)
     let cases: &[(&[usize], &[usize], i64, i64, i64)] = &[
-        (&[1, 3, 40, 40], &[8, 3, 3, 3], 1, 1, 1), // large image: packed im2col
-        (&[1, 4, 12, 12], &[6, 4, 3, 3], 2, 1, 1), // small image, strided: natural im2col
-        (&[2, 8, 9, 9], &[16, 8, 1, 1], 1, 0, 1),  // pointwise: no im2col
-        (&[1, 8, 10, 10], &[8, 1, 3, 3], 1, 1, 8), // depthwise: direct
-        (&[1, 2, 70, 33], &[5, 2, 5, 3], 1, 2, 1), // odd sizes, partial tiles
+        (&[1, 3, 40, 40], &[12, 3, 3, 3], 1, 1, 1), // large image: packed im2col
+        (&[1, 4, 12, 12], &[6, 4, 3, 3], 2, 1, 1),  // small image, strided: natural im2col
+        (&[2, 8, 9, 9], &[16, 8, 1, 1], 1, 0, 1),   // pointwise: no im2col
+        (&[1, 8, 10, 10], &[8, 1, 3, 3], 1, 1, 8),  // depthwise: direct
+        (&[1, 2, 70, 33], &[5, 2, 5, 3], 1, 2, 1),  // odd sizes, partial tiles
         (&[1, 40, 7, 7], &[64, 40, 3, 3], 1, 1, 1), // a 7x7 image: vectorised along channels
         (&[1, 24, 14, 14], &[48, 24, 1, 1], 1, 0, 1), // pointwise on 14x14: channels too
         (&[1, 16, 11, 30], &[24, 16, 3, 3], 1, 1, 1), // 24 channels: three 8-lane vectors
+        (&[1, 1, 28, 28], &[8, 1, 5, 5], 1, 2, 1),  // 8 channels: one 8-lane vector
+        (&[1, 8, 14, 14], &[16, 8, 5, 5], 1, 2, 1), // 16 channels: one 16-lane vector
+        (&[1, 40, 1, 1], &[96, 40, 1, 1], 1, 0, 1), // a 1x1 image (squeeze-excitation)
+        (&[1, 96, 1, 1], &[40, 96, 1, 1], 1, 0, 1), // .. and back, 40 channels
     ];
     // The first case's im2col (27 rows of 1600 columns, in panels) and its GEMM form a group:
     // instances of one 64-column panel, each reading all 27 rows of it (one slot), at L2; apart,
     // the im2col buffer would go to memory and back (2 x 27 x 1600 x 4 bytes more traffic).
-    let c = padded_conv3x3(&[1, 3, 40, 40], 8);
+    let c = padded_conv3x3(&[1, 3, 40, 40], 12);
     let gs = collage_build::report::groups(&c, &collage_build::target::Target::for_build());
     assert_eq!(gs.len(), 1);
     let (grp, info) = (&gs[0].group, &gs[0].info);
     assert_eq!((grp.cols, grp.instances, grp.slots), (64, 25, 25));
-    assert_eq!(info.tile, [1, 8, 64]);
+    assert_eq!(info.tile, [1, 12, 64]);
     assert_eq!(info.region, [1, 27, 64]);
     assert_eq!(info.level, "L2");
     assert_eq!(info.traffic_apart - info.traffic, 2 * 27 * 1600 * 4);
@@ -284,9 +288,13 @@ fn convolutions_through_im2col_and_direct() {
             node(g, "Add", Attrs::default(), vec![r, y])
         });
     }
-    // The 24-channel tile in the narrower variants too (three vectors of eight, of four).
-    for isa in [Isa::Avx2, Isa::Base] {
-        let name = format!("conv_narrow_{isa}");
+    // The 24-channel tile in the narrower variants too (three vectors of eight, of four), and
+    // the 8-channel one (one vector of eight, two of four).
+    for (isa, co) in [Isa::Avx2, Isa::Base]
+        .into_iter()
+        .flat_map(|isa| [(isa, 24), (isa, 8)])
+    {
+        let name = format!("conv_narrow_{isa}_{co}");
         check_isa(
             &name,
             &[1, 16, 11, 30],
@@ -294,7 +302,7 @@ fn convolutions_through_im2col_and_direct() {
             &["-O1"],
             isa,
             |g, x| {
-                let w = g.add_const("w", rand(&[24, 16, 3, 3], 11));
+                let w = g.add_const("w", rand(&[co, 16, 3, 3], 11));
                 let a = ints(&[("pads", vec![1, 1, 1, 1]), ("kernel_shape", vec![3, 3])]);
                 let y = node(g, "Conv", a, vec![x, w]);
                 node(g, "Relu", Attrs::default(), vec![y])
@@ -1279,9 +1287,8 @@ fn schedule_seeds_change_the_generated_code() {
 
 /// A 3x3 convolution with 64 output channels vectorises along its channels and reads its padded
 /// input in place of an im2col buffer (codegen/c/direct.rs), over a 7x7 image (49 columns fill
-/// whole vectors poorly) as over a 28x28 one, and with 24 (three 8-lane vectors); with 8 output
-/// channels (half a vector) it
-/// vectorises along its row, through an im2col.
+/// whole vectors poorly) as over a 28x28 one, with 24 (three 8-lane vectors) and with 8 (one);
+/// with 12 output channels (no whole vector) it vectorises along its row, through an im2col.
 #[test]
 fn channel_convolutions_read_their_padded_input() {
     let plans = |h: usize, co: usize| -> (Vec<String>, Vec<(String, Vec<usize>)>) {
@@ -1318,20 +1325,26 @@ fn channel_convolutions_read_their_padded_input() {
         );
     }
     // 24 channels are one and a half 16-lane vectors: the widest variant takes three vectors
-    // of eight.
-    let (texts, injective) = plans(28, 24);
-    assert!(
-        texts
-            .iter()
-            .any(|t| t.starts_with("channel-vectorised vecs=3 rows=8")
-                && t.contains("| vector i1 lanes 3x8 jam i2x8")),
-        "{texts:?}"
-    );
-    assert!(
-        injective.iter().any(|(n, _)| n.ends_with("_padded")),
-        "{injective:?}"
-    );
-    let (texts, injective) = plans(28, 8);
+    // of eight; 8 channels are half a vector: it takes one vector of eight.
+    for (co, plan, tile) in [
+        (24, "vecs=3 rows=8", "lanes 3x8 jam i2x8"),
+        (8, "vecs=1 rows=24", "lanes 1x8 jam i2x24"),
+    ] {
+        let (texts, injective) = plans(28, co);
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.starts_with(&format!("channel-vectorised {plan}"))
+                    && t.contains(&format!("| vector i1 {tile}"))),
+            "{co} channels: {texts:?}"
+        );
+        assert!(
+            injective.iter().any(|(n, _)| n.ends_with("_padded")),
+            "{co} channels: {injective:?}"
+        );
+    }
+    // 12 channels are no whole vector of any width the plan takes: im2col and a product.
+    let (texts, injective) = plans(28, 12);
     assert!(
         texts.iter().all(|t| !t.starts_with("channel-vectorised")),
         "{texts:?}"

@@ -432,19 +432,23 @@ impl Conv {
             .try_fold(1usize, |a, &b| a.checked_mul(b))?;
         let k = c.checked_mul(window)?;
         let col_bytes = k.checked_mul(p).and_then(|v| v.checked_mul(4));
-        if self.group != 1
-            || d != DType::F32
-            || p < 16
-            || window == 0
-            || !matches!(col_bytes, Some(b) if b <= MAX_IM2COL_BYTES)
-        {
-            return None;
-        }
         let (pos, cond) = geo.positions(1);
         let pointwise = window == 1
             && cond.is_none()
             && geo.strides.iter().all(|&s| s == 1)
             && geo.pb.iter().all(|&b| b == 0);
+        // Fewer than 16 pixels: direct, except a pointwise layer (a squeeze-and-excitation
+        // block's 1x1 convolutions on a 1x1 image), whose one reduction variable lets the
+        // contraction vectorise along its channels or its reduction instead of a scalar loop
+        // over the unit kernel window.
+        if self.group != 1
+            || d != DType::F32
+            || (p < 16 && !(pointwise && p > 0))
+            || window == 0
+            || !matches!(col_bytes, Some(b) if b <= MAX_IM2COL_BYTES)
+        {
+            return None;
+        }
         let spatial_in = x.shape[2..]
             .iter()
             .try_fold(1usize, |a, &b| a.checked_mul(b))?;

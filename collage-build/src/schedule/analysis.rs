@@ -221,6 +221,9 @@ pub(crate) const CHANNEL_LANES: usize = crate::te::Isa::WIDEST_LANES;
 /// one and a half 16-lane vectors).
 pub(crate) const NARROW_TILE: usize = 24;
 
+/// Channels that vectorise as one vector of this many lanes (AVX2's width, half of AVX-512's).
+pub(crate) const NARROW_VECTOR: usize = 8;
+
 /// Rows shorter than this vectorise along the channels when they can ([`channel_axis`]).
 /// Measured on ResNet-18 (AVX-512, one thread): its 7x7 layers 11.0 -> 9.3 ms, its 14x14
 /// layers 10.5 -> 8.3 ms; longer rows (28x28 and up) were slower that way (they lose the
@@ -253,8 +256,9 @@ pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
         ok
     };
     if (n >= MAX_CHANNEL_ROW && affine_row(&st.body))
-        || (shape[c] < 2 * CHANNEL_LANES && shape[c] != NARROW_TILE)
-        || !(shape[c].is_multiple_of(CHANNEL_LANES) || shape[c].is_multiple_of(NARROW_TILE))
+        || !(shape[c].is_multiple_of(CHANNEL_LANES)
+            || shape[c].is_multiple_of(NARROW_TILE)
+            || shape[c] == NARROW_VECTOR)
     {
         return None;
     }

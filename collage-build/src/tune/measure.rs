@@ -964,8 +964,8 @@ mod tests {
         let mut g = Graph::new("conv");
         let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 3, 40, 40])));
         g.inputs.push(x);
-        let w = g.add_const("w", weights(&[8, 3, 3, 3], 11));
-        let b = g.add_const("b", weights(&[8], 12));
+        let w = g.add_const("w", weights(&[12, 3, 3, 3], 11));
+        let b = g.add_const("b", weights(&[12], 12));
         let mut a = BTreeMap::new();
         a.insert("pads".to_string(), Attr::Ints(vec![1, 1, 1, 1]));
         a.insert("kernel_shape".to_string(), Attr::Ints(vec![3, 3]));

@@ -1,7 +1,9 @@
 //! The channel-vectorised plan (`te::ChannelPlan`): contractions over short rows vectorised along
 //! their output channels; `codegen/c/channel.rs` prints it.
 use crate::fusion::tile::best_of;
-use crate::schedule::analysis::{channel_axis, load_coef, vectorizable, NARROW_TILE};
+use crate::schedule::analysis::{
+    channel_axis, load_coef, vectorizable, NARROW_TILE, NARROW_VECTOR,
+};
 use crate::schedule::kernel::gemm_defaults;
 use crate::target::Cpu;
 use crate::te::{ChannelPlan, Expr, Isa, Program, Stage};
@@ -61,6 +63,7 @@ pub(crate) fn channel_plan(
     let (vecs, lanes) = match vecs {
         Some(v) => (v, lanes),
         None if shape[c].is_multiple_of(NARROW_TILE) => (3, NARROW_TILE / 3),
+        None if shape[c] == NARROW_VECTOR => (1, NARROW_VECTOR),
         None => return None,
     };
     let budget = if isa.vector_registers() >= 32 {
