@@ -1104,10 +1104,11 @@ impl Operator for GlobalPool {
         let x = cx.input(0).clone();
         let out = cx.output(0).clone();
         let mut ext: Vec<usize> = x.shape[2..].to_vec();
-        let xi = if self.max && ext.len() > 1 && ext.iter().all(|&e| e > 0) {
+        let xi = if ext.len() > 1 && ext.iter().all(|&e| e > 0) {
             // One reduction over the whole image, `x[n, c, r / W, r % W]`, which the loads'
-            // simplification reads flat: a max vectorised over 56 x 56 pixels, not 56 rows of
-            // 56 (each with its own horizontal reduction and tail).
+            // simplification reads flat: a max or a sum vectorised over 56 x 56 pixels, not 56
+            // rows of 56 (each with its own horizontal reduction and tail), and over 7 x 7 or
+            // 14 x 14 pixels at all (rows of 7 or 14 are too short to vectorise).
             let n: usize = ext.iter().product();
             let mut below = n;
             let pos = ext
