@@ -443,7 +443,8 @@ impl Conv {
         // over the unit kernel window.
         if self.group != 1
             || d != DType::F32
-            || (p < 16 && !(pointwise && p > 0))
+            || p == 0
+            || (p < 16 && !pointwise)
             || window == 0
             || !matches!(col_bytes, Some(b) if b <= MAX_IM2COL_BYTES)
         {

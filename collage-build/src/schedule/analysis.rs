@@ -234,7 +234,7 @@ pub(crate) const MAX_CHANNEL_ROW: usize = 256;
 /// rather than along its row: a short row ([`MAX_CHANNEL_ROW`]: whole vectors cover it poorly —
 /// 49 columns of a 7x7 image fill 49 of 64 lanes and take a second pass over the weights for
 /// the last column — and a tile of columns streams all of a large weight), channels that are
-/// whole vectors (or whole [`NARROW_TILE`]s), one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
+/// whole vectors (or whole [`NARROW_TILE`]s, or one [`NARROW_VECTOR`]), one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
 /// and `x` the same for every channel, and an epilogue that vectorises along the channels too,
 /// or a reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
 /// to `w'[r, channel]` (`schedule::layout`) and the register tile spans channels; the row is

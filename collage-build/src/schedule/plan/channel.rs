@@ -56,7 +56,7 @@ pub(crate) fn channel_plan(
         None => gemm_defaults(shape[c], isa, cpu).0,
     };
     // Channels that are not whole vectors of the variant's are whole tiles of three narrower
-    // ones (`channel_axis` admits no other).
+    // ones, or exactly one narrower vector (`channel_axis` admits no other).
     let vecs = (1..=want_vecs.clamp(1, 4))
         .rev()
         .find(|k| shape[c].is_multiple_of(k * lanes));
