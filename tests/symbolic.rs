@@ -6,10 +6,12 @@
 //! what is left unbound; and the `Build` routes (variants sharing weights, misuse).
 use std::path::{Path, PathBuf};
 
+use collage_build::driver::range::{compile_ranged, DimRange};
 use collage_build::driver::run::{self as tools, read_pb};
 use collage_build::driver::Options;
 use collage_build::frontend::onnx::{self, Bindings};
 use collage_build::ir::Tensor;
+use collage_build::native::RangedModel;
 use collage_runtime::Executor;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -32,17 +34,21 @@ fn pbs(case: &Path, prefix: &str) -> Vec<Tensor> {
         .collect()
 }
 
-/// Compiles `model` with `bindings` (and, when `from_data`, the shapes of the case's inputs),
-/// runs it on the case's inputs, all of them taken at run time, and compares with ONNX Runtime.
-fn check(model: &Path, case: &str, bindings: Bindings, from_data: bool) {
+/// A case's inputs and ONNX Runtime's outputs.
+fn case_data(case: &str) -> (Vec<Tensor>, Vec<Tensor>) {
     let dir = data_dir().join(case);
     assert!(
         dir.join("output_0.pb").exists(),
         "{} is missing: run .ci/run (tests/support/symbolic_models.py)",
         dir.display()
     );
-    let inputs = pbs(&dir, "input");
-    let wants = pbs(&dir, "output");
+    (pbs(&dir, "input"), pbs(&dir, "output"))
+}
+
+/// Compiles `model` with `bindings` (and, when `from_data`, the shapes of the case's inputs),
+/// runs it on the case's inputs, all of them taken at run time, and compares with ONNX Runtime.
+fn check(model: &Path, case: &str, bindings: Bindings, from_data: bool) {
+    let (inputs, wants) = case_data(case);
     let work = std::env::temp_dir().join(format!("collage-symbolic-{case}-{}", std::process::id()));
     let opts = Options {
         bindings,
@@ -409,4 +415,127 @@ fn scanned_bindings_compile_once_per_distinct_sizes() {
         ]
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Compiles `model` over `range` (its other dimensions bound by `bindings`) and runs the one
+/// build on each case's inputs at their run-time shapes, against ONNX Runtime's outputs.
+fn check_range(model: &Path, bindings: Bindings, range: DimRange, cases: &[String]) -> RangedModel {
+    let opts = Options {
+        bindings,
+        ..Options::default()
+    };
+    let tag = format!("{}_{}", range.dim, std::process::id());
+    let c = compile_ranged(model, &opts, &range, "ranged").unwrap_or_else(|e| panic!("{e}"));
+    let work = std::env::temp_dir().join(format!("collage-range-{tag}"));
+    let mut m = RangedModel::build(&c.compiled, &c.ranged, &work, "-O1").unwrap();
+    for case in cases {
+        let (inputs, wants) = case_data(case);
+        for exec in [
+            Executor::Serial,
+            Executor::Pool(collage_runtime::ThreadPool::new(2)),
+        ] {
+            let got = m
+                .run(&inputs, &exec)
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(got.len(), wants.len());
+            for (i, (g, w)) in got.iter().zip(&wants).enumerate() {
+                assert_eq!(g.ty, w.ty, "{case}: output {i}");
+                let (pass, err) = collage_build::tensor::compare(g, w);
+                assert!(
+                    pass,
+                    "{case}: output {i} differs from ONNX Runtime's by {err}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    m
+}
+
+#[test]
+fn a_transformer_served_over_1_to_512_tokens_matches_onnx_runtime_at_each_size() {
+    let cases: Vec<String> = [1, 7, 128, 512]
+        .iter()
+        .map(|s| format!("tiny_bert_1x{s}"))
+        .collect();
+    let m = check_range(
+        &data_dir().join("tiny_bert_dyn.onnx"),
+        Bindings::new().dim("batch", 1),
+        DimRange::new("sequence", 1, 512).unwrap(),
+        &cases,
+    );
+    // A size outside the range, or inputs that disagree on it, are errors.
+    let ids = |s: usize| Tensor::from_i64(&[1, s], &vec![3; s]);
+    let e = m.size_of(&[ids(513), ids(513)]).unwrap_err().to_string();
+    assert!(e.contains("513") && e.contains("1..=512"), "{e}");
+    let e = m.size_of(&[ids(9), ids(8)]).unwrap_err().to_string();
+    assert!(
+        e.contains("attention_mask") && e.contains("expected"),
+        "{e}"
+    );
+}
+
+#[test]
+fn one_build_serves_a_range_of_widths_or_heights_and_matches_onnx_runtime() {
+    // The OCR example's model over widths 32..=320: both ends and three sizes inside.
+    let cases: Vec<String> = [32, 45, 96, 201, 320]
+        .iter()
+        .map(|w| format!("ocr_1x32x{w}"))
+        .collect();
+    let m = check_range(
+        &ocr_model(),
+        Bindings::new().dim("batch", 1).dim("height", 32),
+        DimRange::new("width", 32, 320).unwrap(),
+        &cases,
+    );
+    assert_eq!(m.range(), ("width", 32, 320));
+    let x = |w: usize| Tensor::from_f32(&[1, 3, 32, w], &vec![0.5; 3 * 32 * w]);
+    let e = m.size_of(&[x(321)]).unwrap_err().to_string();
+    assert!(e.contains("321") && e.contains("32..=320"), "{e}");
+    let e = m
+        .size_of(&[Tensor::from_f32(&[1, 3, 48, 64], &vec![0.5; 3 * 48 * 64])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected f32[1,3,32,64]"), "{e}");
+    // Over its height, which the model averages (the mean's scale, 1 / height, is computed at
+    // run time).
+    let cases: Vec<String> = [16, 24, 32, 40, 64]
+        .iter()
+        .map(|h| format!("ocr_1x{h}x96"))
+        .collect();
+    check_range(
+        &ocr_model(),
+        Bindings::new().dim("batch", 1).dim("width", 96),
+        DimRange::new("height", 16, 64).unwrap(),
+        &cases,
+    );
+}
+
+#[test]
+fn paddle2onnx_exports_are_served_over_a_range() {
+    let dir = data_dir();
+    // A CNN (BatchNorm, HardSigmoid, MaxPool, a mean over the height) over its width.
+    let cases: Vec<String> = [32, 45, 100, 201, 320]
+        .iter()
+        .map(|w| format!("crnn_paddle_1x32x{w}"))
+        .collect();
+    check_range(
+        &dir.join("crnn_paddle.onnx"),
+        Bindings::new()
+            .dim("DynamicDimension.0", 1)
+            .dim("DynamicDimension.1", 32),
+        DimRange::new("DynamicDimension.2", 32, 320).unwrap(),
+        &cases,
+    );
+    // A transformer encoder over its sequence length.
+    let cases: Vec<String> = [1, 7, 128, 512]
+        .iter()
+        .map(|s| format!("encoder_paddle_1x{s}"))
+        .collect();
+    check_range(
+        &dir.join("encoder_paddle.onnx"),
+        Bindings::new().dim("DynamicDimension.0", 1),
+        DimRange::new("DynamicDimension.3", 1, 512).unwrap(),
+        &cases,
+    );
 }

@@ -169,6 +169,19 @@ def main():
             mask[:, s - s // 4:] = 0 if s > 3 else 1
             write_case(f"encoder_paddle_{b}x{s}", encoder, {"ids": ids, "mask": mask})
             n += 1
+    # One build served over a range of widths (tests/symbolic.rs): both ends and three inside.
+    rng = np.random.default_rng(13)
+    for w in [32, 45, 201, 320]:
+        x = rng.standard_normal((1, 3, 32, w)).astype(np.float32)
+        write_case(f"ocr_1x32x{w}", ocr, {"x": x})
+        n += 1
+        if os.path.exists(crnn):
+            write_case(f"crnn_paddle_1x32x{w}", crnn, {"x": x})
+            n += 1
+    for h in [16, 24, 40, 64]:
+        x = rng.standard_normal((1, 3, h, 96)).astype(np.float32)
+        write_case(f"ocr_1x{h}x96", ocr, {"x": x})
+        n += 1
     print(f"wrote {OUT}: tiny_bert_dyn.onnx and the ONNX Runtime outputs of {n} bindings")
 
 

@@ -15,6 +15,9 @@ use crate::te::{
 
 mod channel;
 mod plane;
+mod ranged;
+
+pub use ranged::emit_ranged;
 
 use super::writer::CWriter;
 
@@ -328,14 +331,7 @@ pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> Strin
     if let Some((_, w)) = &windows {
         w.emit_unit(out.text_mut());
     }
-    // A profiled build's counters: nanoseconds per kernel, indexed by stage id.
-    out.line("");
-    out.line("#ifdef CL_PROFILE");
-    out.line(format!(
-        "uint64_t collage_{symbol}_profile_ns[{}];",
-        p.bufs.len().max(1)
-    ));
-    out.line("#endif");
+    profile_counters(&mut out, p, symbol);
     out.line("");
     out.line("#ifdef CL_DISPATCH");
     for (isa, target, _) in VARIANTS {
@@ -378,6 +374,17 @@ pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> Strin
     out.raw("#endif\n");
     out.close("}");
     out.into_string()
+}
+
+/// A profiled build's counters: nanoseconds per kernel, indexed by stage id.
+fn profile_counters(out: &mut CWriter, p: &Program, symbol: &str) {
+    out.line("");
+    out.line("#ifdef CL_PROFILE");
+    out.line(format!(
+        "uint64_t collage_{symbol}_profile_ns[{}];",
+        p.bufs.len().max(1)
+    ));
+    out.line("#endif");
 }
 
 /// The library backends whose calls `p` contains, sorted.

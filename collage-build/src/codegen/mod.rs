@@ -85,6 +85,12 @@ pub fn exec_for(p: &Program, st: &Stage, backend: Option<crate::backend::Backend
 
 /// [`lower_graph`] with each node's stages placed by `assign`.
 pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
+    lower_graph_as(g, assign, false)
+}
+
+/// [`lower_graph_with`]; `uniform`: every operator lowered the same way at every size (no
+/// choice by size: [`LowerCx::uniform`]), for a program served over a range.
+pub fn lower_graph_as(g: &Graph, assign: NodeAssign, uniform: bool) -> Result<Program> {
     let mut p = Program::default();
     let mut buf_of: HashMap<ValueId, BufId> = HashMap::new();
     for (i, &v) in g.inputs.iter().enumerate() {
@@ -117,6 +123,7 @@ pub fn lower_graph_with(g: &Graph, assign: NodeAssign) -> Result<Program> {
             stages: vec![],
             name: node.name.clone(),
             direct: false,
+            uniform,
         };
         // On a backend that takes windows, an operator with a window form is lowered to its
         // direct form: one reduction stage that the library's primitive computes.
@@ -512,31 +519,7 @@ pub fn compile_scheduled(
         });
     }
     let c_source = c::emit(&p, &locs, symbol, &header(&g.name));
-    let inputs = p
-        .inputs
-        .iter()
-        .zip(&p.input_names)
-        .map(|(&b, n)| Io {
-            name: n.clone(),
-            ty: p.bufs[b.index()].ty.clone(),
-            offset: 0,
-        })
-        .collect();
-    let outputs = p
-        .outputs
-        .iter()
-        .zip(&p.output_names)
-        .map(|(&b, n)| {
-            let Location::Arena(off) = locs[b.index()] else {
-                unreachable!("outputs are stages in the arena")
-            };
-            Io {
-                name: n.clone(),
-                ty: p.bufs[b.index()].ty.clone(),
-                offset: off,
-            }
-        })
-        .collect();
+    let (inputs, outputs) = io_of(&p, &locs);
     Ok(Compiled {
         name: g.name.clone(),
         symbol: symbol.to_string(),
@@ -550,6 +533,34 @@ pub fn compile_scheduled(
         placement: None,
         warnings,
     })
+}
+
+/// The inputs and outputs of `p` (laid out by `locs`) for a [`Compiled`]: inputs by pointer,
+/// outputs at their arena offsets.
+pub fn io_of(p: &Program, locs: &[Location]) -> (Vec<Io>, Vec<Io>) {
+    let io = |b: BufId, name: &String, offset: usize| Io {
+        name: name.clone(),
+        ty: p.bufs[b.index()].ty.clone(),
+        offset,
+    };
+    let inputs = p
+        .inputs
+        .iter()
+        .zip(&p.input_names)
+        .map(|(&b, n)| io(b, n, 0))
+        .collect();
+    let outputs = p
+        .outputs
+        .iter()
+        .zip(&p.output_names)
+        .map(|(&b, n)| {
+            let Location::Arena(off) = locs[b.index()] else {
+                unreachable!("outputs are stages in the arena")
+            };
+            io(b, n, off)
+        })
+        .collect();
+    (inputs, outputs)
 }
 
 /// A stage's plan names its operands by buffer (`schedule::plan`): renumbering a program's

@@ -21,6 +21,7 @@ use crate::tune::{CostCache, TargetFingerprint};
 pub mod evolve;
 pub mod place;
 pub mod profile;
+pub mod range;
 pub mod run;
 #[cfg(test)]
 mod tests;

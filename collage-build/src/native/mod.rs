@@ -244,3 +244,123 @@ impl NativeModel {
         Tensor::from_bytes(o.ty.clone(), bytes).expect("size matches")
     }
 }
+
+/// A model compiled over a range of one dimension ([`crate::te::Ranged`]), loaded: it takes
+/// its inputs at their run-time shapes, reads the dimension's size from them, and returns its
+/// outputs at theirs.
+pub struct RangedModel {
+    model: NativeModel,
+    ranged: crate::te::Ranged,
+}
+
+impl RangedModel {
+    /// Writes the C source of `c` (the C of `ranged`) to `dir`, compiles it and loads it.
+    pub fn build(c: &Compiled, ranged: &crate::te::Ranged, dir: &Path, opt: &str) -> Result<Self> {
+        Ok(RangedModel {
+            model: NativeModel::build(c, dir, opt)?,
+            ranged: ranged.clone(),
+        })
+    }
+
+    /// The range served: the dimension's name and its smallest and largest sizes.
+    pub fn range(&self) -> (&str, usize, usize) {
+        (&self.ranged.dim, self.ranged.lo, self.ranged.hi)
+    }
+
+    /// The model's inputs (the parameters left out).
+    fn model_inputs(&self) -> &[crate::te::BufId] {
+        let p = &self.ranged.program;
+        &p.inputs[..p.inputs.len() - 1]
+    }
+
+    /// The dimension's size that `inputs` give it, checked against the range and against
+    /// every input's shape at that size.
+    pub fn size_of(&self, inputs: &[Tensor]) -> Result<usize> {
+        let r = &self.ranged;
+        let ids = self.model_inputs();
+        let err = |name: &str, detail: String| Error::Data {
+            name: name.to_string(),
+            detail,
+        };
+        if inputs.len() != ids.len() {
+            return Err(err(
+                "*",
+                format!("the model takes {} inputs, got {}", ids.len(), inputs.len()),
+            ));
+        }
+        let unit = crate::te::Sym { a: 1, b: 0, c: 1 };
+        let d = ids
+            .iter()
+            .zip(inputs)
+            .find_map(|(&b, t)| {
+                let k = r.shapes[b.index()]
+                    .iter()
+                    .position(|e| r.sym_of(e) == Some(unit))?;
+                t.ty.shape.get(k).copied()
+            })
+            .ok_or_else(|| {
+                err(
+                    "*",
+                    format!("no input has `{}` as one of its dimensions", r.dim),
+                )
+            })?;
+        if !(r.lo..=r.hi).contains(&d) {
+            return Err(err(
+                "*",
+                format!(
+                    "`{}` = {d} is outside the range {}..={} the model was compiled for",
+                    r.dim, r.lo, r.hi
+                ),
+            ));
+        }
+        for ((&b, t), name) in ids.iter().zip(inputs).zip(&r.program.input_names) {
+            let want =
+                crate::ir::TensorType::new(r.program.bufs[b.index()].ty.dtype, r.shape_at(b, d));
+            if t.ty != want {
+                return Err(err(
+                    name,
+                    format!("expected {want} (`{}` = {d}), got {}", r.dim, t.ty),
+                ));
+            }
+        }
+        Ok(d)
+    }
+
+    /// Runs the model on `inputs` at their run-time shapes; the outputs at theirs.
+    pub fn run(&mut self, inputs: &[Tensor], exec: &Executor) -> Result<Vec<Tensor>> {
+        let d = self.size_of(inputs)?;
+        let size = d as i64;
+        let mut ptrs: Vec<*const u8> = inputs.iter().map(|t| t.data.as_ptr()).collect();
+        ptrs.push(&size as *const i64 as *const u8);
+        let mut rt = exec.raw();
+        self.model.state.bind(&mut rt, exec.threads());
+        // SAFETY: the arena and weights have the sizes the code was generated for (the
+        // largest size's), the inputs have the shapes the code reads at size `d` (checked),
+        // and `I[n]` points to the size as the generated entry point expects.
+        unsafe {
+            (self.model.run)(
+                &rt,
+                self.model.arena.as_mut_ptr(),
+                self.model.weights.as_ptr() as *const u8,
+                ptrs.as_ptr(),
+            )
+        };
+        let r = &self.ranged;
+        Ok(r.program
+            .outputs
+            .iter()
+            .zip(&self.model.outputs)
+            .map(|(&b, o)| {
+                let ty = crate::ir::TensorType::new(o.ty.dtype, r.shape_at(b, d));
+                let n = ty.bytes();
+                // SAFETY: the output lies inside the arena at the planned offset, packed at its
+                // run-time shape, which is no larger than the largest size's.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(self.model.arena.as_ptr().add(o.offset), n)
+                }
+                .to_vec();
+                Tensor::from_bytes(ty, bytes).expect("size matches")
+            })
+            .collect())
+    }
+}

@@ -111,7 +111,7 @@ impl Operator for MatMul {
         // and the contraction then streams rows of it contiguously.
         let rhs = if cx.consts.get(1).is_some_and(|c| c.is_none())
             && b.len() >= 2
-            && cx.input(1).checked_numel().is_some_and(|n| n >= 1024)
+            && (cx.uniform || cx.input(1).checked_numel().is_some_and(|n| n >= 1024))
         {
             let ty = cx.input(1).clone();
             let vars: Vec<Expr> = (0..ty.rank()).map(Expr::var).collect();

@@ -125,6 +125,10 @@ pub struct LowerCx<'a> {
     /// Lower to the operator's direct form (one stage, no im2col): the node runs as a library
     /// primitive ([`Operator::window`]) and the stage only names its operands.
     pub direct: bool,
+    /// Lower the same way at every size (a program served over a range of a dimension,
+    /// [`crate::te::Ranged`]): no choice by size; where a choice pays off at large sizes,
+    /// make it.
+    pub uniform: bool,
 }
 
 impl LowerCx<'_> {

@@ -232,8 +232,10 @@ impl Window {
 
 impl Geom {
     /// Input positions read by the window point `RVar(rbase + j)` of output `Var(2 + j)`, and the
-    /// condition that all of them lie inside the input (`None` when always true).
-    fn positions(&self, rbase: usize) -> (Vec<Expr>, Option<Expr>) {
+    /// condition that all of them lie inside the input (`None` when always true). `uniform`:
+    /// the same bounds at every input size (an end bound wherever there is end padding),
+    /// for a program served over a range of sizes.
+    fn positions(&self, rbase: usize, uniform: bool) -> (Vec<Expr>, Option<Expr>) {
         let mut pos = Vec::new();
         let mut cond: Option<Expr> = None;
         for j in 0..self.input.len() {
@@ -247,7 +249,12 @@ impl Geom {
             if pb > 0 {
                 c.push(p.clone().ge(Expr::i(0)));
             }
-            if max >= self.input[j] as i64 {
+            let overrun = if uniform {
+                self.pe[j] > 0
+            } else {
+                max >= self.input[j] as i64
+            };
+            if overrun {
                 c.push(p.clone().lt(Expr::i(self.input[j] as i64)));
             }
             for e in c {
@@ -432,7 +439,7 @@ impl Conv {
             .try_fold(1usize, |a, &b| a.checked_mul(b))?;
         let k = c.checked_mul(window)?;
         let col_bytes = k.checked_mul(p).and_then(|v| v.checked_mul(4));
-        let (pos, cond) = geo.positions(1);
+        let (pos, cond) = geo.positions(1, cx.uniform);
         let pointwise = window == 1
             && cond.is_none()
             && geo.strides.iter().all(|&s| s == 1)
@@ -441,7 +448,10 @@ impl Conv {
         // block's 1x1 convolutions on a 1x1 image), whose one reduction variable lets the
         // contraction vectorise along its channels or its reduction instead of a scalar loop
         // over the unit kernel window.
-        if self.group != 1
+        // A uniform lowering (served over a range of sizes) keeps the direct form: the im2col
+        // layout is chosen by size.
+        if cx.uniform
+            || self.group != 1
             || d != DType::F32
             || p == 0
             || (p < 16 && !pointwise)
@@ -601,7 +611,7 @@ impl Operator for Conv {
                 .mul(Expr::i(cg as i64))
                 .add(Expr::rvar(0))
         };
-        let (pos, cond) = geo.positions(1);
+        let (pos, cond) = geo.positions(1, cx.uniform);
         let mut xi = vec![Expr::var(0), ci];
         xi.extend(pos);
         let mut wi = vec![Expr::var(1), Expr::rvar(0)];
@@ -874,7 +884,7 @@ impl Operator for MaxPool {
         let geo = pool_geom(cx, &self.win)?;
         let out = cx.output(0).clone();
         let d = out.dtype;
-        let (pos, cond) = geo.positions(0);
+        let (pos, cond) = geo.positions(0, cx.uniform);
         let lowest = Expr::Const(RedOp::Max.init(d));
         let x = Expr::load(Src::Arg(0), x_index(pos));
         let body = guard(cond.clone(), x.clone(), lowest);
@@ -971,7 +981,7 @@ impl Operator for AveragePool {
         let geo = pool_geom(cx, &self.win)?;
         let out = cx.output(0).clone();
         let d = out.dtype;
-        let (pos, cond) = geo.positions(0);
+        let (pos, cond) = geo.positions(0, cx.uniform);
         let x = Expr::load(Src::Arg(0), x_index(pos));
         let body = guard(cond, x, Expr::c(d, 0.0));
         let mut count = Expr::i(1);
@@ -1040,7 +1050,7 @@ impl Operator for LpPool {
         let geo = pool_geom(cx, &self.win)?;
         let out = cx.output(0).clone();
         let d = out.dtype;
-        let (pos, cond) = geo.positions(0);
+        let (pos, cond) = geo.positions(0, cx.uniform);
         let v = Expr::load(Src::Arg(0), x_index(pos));
         let (term, fin) = match self.p {
             1 => (v.abs(), None),

@@ -527,6 +527,7 @@ fn lower_via(
         stages: vec![],
         name: cx.name.clone(),
         direct: false,
+        uniform: false,
     };
     let srcs = op.lower(&mut inner)?;
     let base = cx.stages.len() as u32;

@@ -57,6 +57,7 @@ pub(crate) fn eval(
         stages: vec![],
         name: "n".into(),
         direct: false,
+        uniform: false,
     };
     let srcs = op.lower(&mut cx)?;
     let refs: Vec<Option<&Tensor>> = args.iter().map(|a| a.as_ref()).collect();

@@ -100,6 +100,7 @@ pub fn node_work(g: &Graph) -> Result<Vec<usize>> {
                 stages: vec![],
                 name: node.name.clone(),
                 direct: false,
+                uniform: false,
             };
             node.op.lower(&mut cx).map_err(|e| node.error(e))?;
             Ok(cx.stages.iter().map(|s| s.work()).sum())

@@ -151,6 +151,7 @@ pub fn infer_and_fold(g: &mut Graph) -> Result<()> {
                     stages: vec![],
                     name: node.name.clone(),
                     direct: false,
+                    uniform: false,
                 };
                 let srcs = node.op.lower(&mut lcx).map_err(err)?;
                 let args: Vec<Option<&Tensor>> = consts.iter().map(|c| c.as_deref()).collect();

@@ -11,6 +11,7 @@ mod interp;
 mod plan;
 mod print;
 mod program;
+mod range;
 mod simplify;
 
 pub(crate) use backend::backend_list;
@@ -27,5 +28,6 @@ pub use plan::{
 };
 pub use print::fnv64;
 pub use program::{Band, BufId, BufKind, Buffer, Group, Program, RowGroup, PANEL};
+pub use range::{Ranged, Sym};
 pub(crate) use simplify::affine_terms;
 pub use simplify::{simplify, simplify_stage};
