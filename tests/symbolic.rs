@@ -310,6 +310,68 @@ fn build_misuse_is_an_error() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("compiled twice"), "{e}");
+    let e = collage_build::Build::new()
+        .out_dir(build_dir("empty-range"))
+        .sources_only()
+        .onnx("ocr.onnx")
+        .dim_range("width", 64..=64)
+        .compile()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Build::dim_range") && e.contains("64..=64"),
+        "{e}"
+    );
+    let e = collage_build::Build::new()
+        .manifest_dir(Path::new(ROOT).join("examples/ocr"))
+        .out_dir(build_dir("range-and-variants"))
+        .sources_only()
+        .onnx("ocr.onnx")
+        .dim("height", 32)
+        .variants("batch", [1, 2])
+        .dim_range("width", 32..=64)
+        .compile()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Build::variants and Build::dim_range"), "{e}");
+}
+
+#[test]
+fn a_range_built_from_build_rs_gets_a_run_over_slices_and_shapes() {
+    let out = build_dir("range");
+    collage_build::Build::new()
+        .manifest_dir(Path::new(ROOT).join("examples/ocr"))
+        .out_dir(&out)
+        .sources_only()
+        .onnx("ocr.onnx")
+        .dim("batch", 1)
+        .dim("height", 32)
+        .dim_range("width", 32..=320)
+        .compile()
+        .unwrap();
+    let glue = std::fs::read_to_string(out.join("collage/ocr.rs")).unwrap();
+    for want in [
+        "pub fn run(",
+        "x: &[f32]",
+        "x_shape: [usize; 4]",
+        "(&[f32], [usize; 3])",
+        "ShapeError",
+        "pub const RANGE: (&'static str, usize, usize) = (\"width\", 32, 320);",
+    ] {
+        assert!(glue.contains(want), "{want} in {glue}");
+    }
+    // Left unbound, the other dimensions are the usual error.
+    let e = collage_build::Build::new()
+        .manifest_dir(Path::new(ROOT).join("examples/ocr"))
+        .out_dir(build_dir("range-unbound"))
+        .sources_only()
+        .onnx("ocr.onnx")
+        .dim_range("width", 32..=320)
+        .compile()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("batch") && e.contains("height"), "{e}");
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The example crate: `model!(Ocr = "ocr.onnx", x: [1, 3, 48, 160])` (found by `build.rs`'s scan)
@@ -362,6 +424,27 @@ fn the_example_crates_bound_models_match_onnx_runtime() {
         &want,
         "batch 4",
     );
+    // `model!(OcrAnyWidth = "ocr.onnx", batch = 1, height = 32, width = 32..=320)`: one build,
+    // both ends of the range and three widths inside.
+    let mut any = example_ocr::OcrAnyWidth::new();
+    for w in [32, 45, 96, 201, 320] {
+        let (x, want) = case_data(&format!("ocr_1x32x{w}"));
+        let (got, shape) = any.run(&x[0].to_f32(), [1, 3, 32, w]).unwrap();
+        assert_eq!(shape.to_vec(), want[0].ty.shape, "width {w}");
+        same(got, &want[0], &format!("OcrAnyWidth at width {w}"));
+    }
+    let e = any.run(&[0.0; 3 * 32 * 16], [1, 3, 32, 16]).unwrap_err();
+    assert!(
+        e.to_string().contains("16 is outside the range 32..=320"),
+        "{e}"
+    );
+    let e = any.run(&[0.0; 3 * 32 * 64], [1, 3, 48, 64]).unwrap_err();
+    assert!(
+        e.to_string().contains("dimension 2 is 48, expected 32"),
+        "{e}"
+    );
+    let e = any.run(&[0.0; 10], [1, 3, 32, 64]).unwrap_err();
+    assert!(e.to_string().contains("10 elements"), "{e}");
 }
 
 /// `Build::scan` finds `model!` bindings with sizes and compiles each distinct one once, under the

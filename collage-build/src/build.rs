@@ -43,6 +43,8 @@ struct OnnxModel {
     bindings: Bindings,
     /// A dimension compiled at each of these sizes, one variant each.
     variants: Option<(String, Vec<usize>)>,
+    /// A dimension served over a range of sizes by one set of kernels.
+    range: Option<crate::driver::range::DimRange>,
 }
 
 impl OnnxModel {
@@ -79,6 +81,16 @@ impl OnnxModel {
 /// A model to compile: its file key, where it comes from, and its graphs (one per variant, with
 /// the variant's method suffix).
 type Job = (String, String, Result<Vec<(Option<String>, Graph)>>);
+
+/// A model served over a range of a dimension: its file key, where it comes from, its file,
+/// its other bindings and the range.
+type RangedJob = (
+    String,
+    String,
+    PathBuf,
+    Bindings,
+    crate::driver::range::DimRange,
+);
 
 /// One model compiled by [`Build::compile`].
 #[derive(Clone, Debug)]
@@ -124,6 +136,7 @@ impl Build {
             path: path.into(),
             bindings: Bindings::new(),
             variants: None,
+            range: None,
         });
         self
     }
@@ -166,6 +179,24 @@ impl Build {
     pub fn variants(mut self, dim: &str, sizes: impl AsRef<[usize]>) -> Self {
         if let Some(m) = self.last("variants") {
             m.variants = Some((dim.to_string(), sizes.as_ref().to_vec()));
+        }
+        self
+    }
+
+    /// Serves the dimension `dim` (a `dim_param`) of the model added last by [`Build::onnx`]
+    /// over `sizes` with one set of kernels whose extent along it is read at run time, the
+    /// arena planned for the largest size: `.onnx("ocr.onnx").dim("height", 32)
+    /// .dim_range("width", 32..=1024)`. Its `Model::run` takes each input as a slice with its
+    /// run-time shape and returns each output with its shape; a size outside the range is an
+    /// error. Bind the model's other symbolic dimensions to sizes.
+    pub fn dim_range(mut self, dim: &str, sizes: std::ops::RangeInclusive<usize>) -> Self {
+        match crate::driver::range::DimRange::new(dim, *sizes.start(), *sizes.end()) {
+            Ok(r) => {
+                if let Some(m) = self.last("dim_range") {
+                    m.range = Some(r);
+                }
+            }
+            Err(e) => self.misuse.push(format!("Build::dim_range: {e}")),
         }
         self
     }
@@ -296,6 +327,7 @@ impl Build {
             cache_path = Some(path);
         }
         let mut jobs: Vec<Job> = Vec::new();
+        let mut ranged: Vec<RangedJob> = Vec::new();
         for m in &self.onnx {
             let full = root.join(&m.path);
             self.rerun(&full);
@@ -310,11 +342,19 @@ impl Build {
                 }
                 label = format!("{label} ({})", sizes.trim_start_matches(';'));
             }
-            jobs.push((
-                symbol_for(&m.path.to_string_lossy()),
-                label,
-                m.graphs(&full),
-            ));
+            let symbol = symbol_for(&m.path.to_string_lossy());
+            if let Some(r) = &m.range {
+                if m.variants.is_some() {
+                    return Err(Error::Model {
+                        model: label,
+                        detail: "Build::variants and Build::dim_range on one model: serve one dimension over a range, or compile it per size".into(),
+                    });
+                }
+                let label = format!("{label} ({}={}..={})", r.dim, r.lo, r.hi);
+                ranged.push((symbol, label, full, m.bindings.clone(), r.clone()));
+                continue;
+            }
+            jobs.push((symbol, label, m.graphs(&full)));
         }
         for dir in &self.scan {
             let full = root.join(dir);
@@ -324,6 +364,30 @@ impl Build {
                 for m in found {
                     let label = file.display().to_string();
                     jobs.push(match m {
+                        Ok(m) if m.range().is_some() => {
+                            let (Some((path, b)), Some((d, lo, hi))) = (m.onnx(), m.range()) else {
+                                unreachable!("a range binds an ONNX model")
+                            };
+                            if ranged.iter().any(|j| j.0 == m.symbol()) {
+                                continue;
+                            }
+                            let full = root.join(path);
+                            self.rerun(&full);
+                            let r =
+                                crate::driver::range::DimRange::new(d, lo, hi).map_err(|e| {
+                                    Error::Model {
+                                        model: full.display().to_string(),
+                                        detail: e,
+                                    }
+                                })?;
+                            let label = format!(
+                                "{} (model! in {label}, {})",
+                                full.display(),
+                                crate::frontend::dsl::ranged_key(&b.key(), d, lo, hi)
+                            );
+                            ranged.push((m.symbol(), label, full, b.clone(), r));
+                            continue;
+                        }
                         Ok(m) => {
                             // The same model bound to the same sizes in two `model!`s is
                             // one set of files that both include.
@@ -393,7 +457,11 @@ impl Build {
         let mut misses = Vec::new();
         // Two models written to the same files would overwrite each other.
         let mut symbols = std::collections::BTreeMap::new();
-        for (symbol, label, _) in &jobs {
+        let labels = jobs
+            .iter()
+            .map(|j| (&j.0, &j.1))
+            .chain(ranged.iter().map(|j| (&j.0, &j.1)));
+        for (symbol, label) in labels {
             if let Some(first) = symbols.insert(symbol.clone(), label.clone()) {
                 errors.push(Error::Model {
                     model: label.clone(),
@@ -407,6 +475,12 @@ impl Build {
                     misses.extend(warning);
                     built.models.push(m)
                 }
+                Err(e) => errors.push(e),
+            }
+        }
+        for (symbol, label, full, bindings, range) in &ranged {
+            match self.compile_ranged_one(symbol, label, full, bindings, range, &out, &opts) {
+                Ok(m) => built.models.push(m),
                 Err(e) => errors.push(e),
             }
         }
@@ -565,20 +639,7 @@ impl Build {
             for lib in libs {
                 println!("cargo:rustc-link-lib={lib}");
             }
-            cc::Build::new()
-                .files(&c_files)
-                .std("c99")
-                .opt_level(3)
-                .flag_if_supported("-fno-math-errno")
-                .flag_if_supported("-fno-trapping-math")
-                .flag_if_supported("-ffp-contract=fast")
-                .flag_if_supported("-fopenmp-simd")
-                .warnings(false)
-                .try_compile(&format!("collage_{symbol}"))
-                .map_err(|e| Error::CCompile {
-                    path: c_files[0].clone(),
-                    detail: e.to_string(),
-                })?;
+            self.cc_compile(symbol, &c_files)?;
         }
         Ok((
             BuiltModel {
@@ -590,6 +651,73 @@ impl Build {
             },
             misses,
         ))
+    }
+
+    /// Compiles the generated C of model `symbol` (`c_files`) into the crate (Cargo only).
+    fn cc_compile(&self, symbol: &str, c_files: &[PathBuf]) -> Result<()> {
+        cc::Build::new()
+            .files(c_files)
+            .std("c99")
+            .opt_level(3)
+            .flag_if_supported("-fno-math-errno")
+            .flag_if_supported("-fno-trapping-math")
+            .flag_if_supported("-ffp-contract=fast")
+            .flag_if_supported("-fopenmp-simd")
+            .warnings(false)
+            .try_compile(&format!("collage_{symbol}"))
+            .map_err(|e| Error::CCompile {
+                path: c_files[0].clone(),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Compiles the model `full` served over `range` (its other dimensions bound by
+    /// `bindings`) and writes its glue, C and weights.
+    #[allow(clippy::too_many_arguments)]
+    fn compile_ranged_one(
+        &self,
+        symbol: &str,
+        label: &str,
+        full: &Path,
+        bindings: &Bindings,
+        range: &crate::driver::range::DimRange,
+        out: &Path,
+        opts: &crate::driver::Options,
+    ) -> Result<BuiltModel> {
+        let opts = crate::driver::Options {
+            bindings: bindings.clone(),
+            ..opts.clone()
+        };
+        let r =
+            crate::driver::range::compile_ranged(full, &opts, range, symbol).map_err(
+                |e| match e {
+                    Error::Model { detail, .. } => Error::Model {
+                        model: label.to_string(),
+                        detail,
+                    },
+                    e => e,
+                },
+            )?;
+        let c = &r.compiled;
+        let weights_file = format!("{symbol}.weights");
+        let glue = crate::codegen::rust::emit_ranged(c, &r.ranged, &weights_file);
+        let c_file = out.join(format!("{symbol}.c"));
+        let files = vec![
+            (out.join(format!("{symbol}.rs")), glue.into_bytes()),
+            (out.join(&weights_file), c.weights.clone()),
+            (c_file.clone(), c.c_source.clone().into_bytes()),
+        ];
+        write_if_changed(&files)?;
+        if self.cargo {
+            self.cc_compile(symbol, &[c_file])?;
+        }
+        Ok(BuiltModel {
+            name: c.name.clone(),
+            symbol: symbol.to_string(),
+            arena_size: c.arena_size,
+            weight_bytes: c.weights.len(),
+            files: files.into_iter().map(|(p, _)| p).collect(),
+        })
     }
 
     /// Compiles `model` and writes its generated sources (glue, C, weights, text IR) to `out`.

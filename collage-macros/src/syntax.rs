@@ -534,6 +534,9 @@ pub struct OnnxBinding {
     pub dims: Vec<(String, usize)>,
     /// Inputs and their whole shapes.
     pub shapes: Vec<(String, Vec<usize>)>,
+    /// A named dimension served over a range of sizes, `width = 32..=1024`: its name, smallest
+    /// and largest sizes.
+    pub range: Option<(String, usize, usize)>,
 }
 
 impl Parse for OnnxBinding {
@@ -544,6 +547,7 @@ impl Parse for OnnxBinding {
         let path: LitStr = input.parse()?;
         let (mut dims, mut shapes): (Vec<(String, usize)>, Vec<(String, Vec<usize>)>) =
             (Vec::new(), Vec::new());
+        let mut range: Option<(String, usize, usize)> = None;
         while input.peek(Token![,]) {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
@@ -556,12 +560,34 @@ impl Parse for OnnxBinding {
                 let id = input.call(Ident::parse_any)?;
                 (id.to_string(), id.span())
             };
-            if dims.iter().any(|(k, _)| *k == key) || shapes.iter().any(|(k, _)| *k == key) {
+            if dims.iter().any(|(k, _)| *k == key)
+                || shapes.iter().any(|(k, _)| *k == key)
+                || range.as_ref().is_some_and(|(k, _, _)| *k == key)
+            {
                 return Err(syn::Error::new(span, format!("`{key}` is bound twice")));
             }
             if input.peek(Token![=]) {
                 input.parse::<Token![=]>()?;
                 let n: LitInt = input.parse()?;
+                if input.peek(Token![..=]) {
+                    input.parse::<Token![..=]>()?;
+                    let hi: LitInt = input.parse()?;
+                    let (lo, hi): (usize, usize) = (n.base10_parse()?, hi.base10_parse()?);
+                    if range.is_some() {
+                        return Err(syn::Error::new(
+                            span,
+                            "one dimension may be served over a range; bind the others to sizes",
+                        ));
+                    }
+                    if lo == 0 || lo >= hi {
+                        return Err(syn::Error::new(
+                            n.span(),
+                            format!("the range {lo}..={hi} of `{key}`: expected 1 <= low < high"),
+                        ));
+                    }
+                    range = Some((key, lo, hi));
+                    continue;
+                }
                 dims.push((key, n.base10_parse()?));
             } else if input.peek(Token![:]) {
                 input.parse::<Token![:]>()?;
@@ -577,7 +603,7 @@ impl Parse for OnnxBinding {
             } else {
                 return Err(syn::Error::new(
                     span,
-                    format!("expected `{key} = SIZE` (a named dimension) or `{key}: [D0, D1, ..]` (an input's shape)"),
+                    format!("expected `{key} = SIZE` (a named dimension), `{key} = LOW..=HIGH` (a dimension served over a range) or `{key}: [D0, D1, ..]` (an input's shape)"),
                 ));
             }
         }
@@ -592,6 +618,7 @@ impl Parse for OnnxBinding {
             path,
             dims,
             shapes,
+            range,
         })
     }
 }
@@ -602,15 +629,29 @@ impl OnnxBinding {
     /// Whether any dimension is bound (the model is then compiled by `Build::scan`, not
     /// `Build::onnx`).
     pub fn is_bound(&self) -> bool {
-        !self.dims.is_empty() || !self.shapes.is_empty()
+        !self.dims.is_empty() || !self.shapes.is_empty() || self.range.is_some()
     }
 
-    /// The canonical text of the bindings; equal to `collage_build`'s `Bindings::key`.
+    /// The canonical text of the bindings; equal to `collage_build`'s `Bindings::key` (and,
+    /// with a range, [`ranged_key`]).
     pub fn key(&self) -> String {
-        binding_key(
+        let key = binding_key(
             self.dims.iter().map(|(k, v)| (k.as_str(), *v)),
             self.shapes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
-        )
+        );
+        match &self.range {
+            Some((d, lo, hi)) => ranged_key(&key, d, *lo, *hi),
+            None => key,
+        }
+    }
+}
+
+/// The canonical text of bindings `key` with dimension `dim` served over `lo..=hi`.
+pub fn ranged_key(key: &str, dim: &str, lo: usize, hi: usize) -> String {
+    if key.is_empty() {
+        format!("{dim}={lo}..={hi}")
+    } else {
+        format!("{key};{dim}={lo}..={hi}")
     }
 }
 

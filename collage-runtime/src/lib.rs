@@ -17,8 +17,10 @@ mod abi;
 mod arena;
 #[cfg(feature = "std")]
 mod pool;
+mod shape;
 
 pub use abi::{serial_parallel_for, sgemm, Executor, Library, RawRt, SgemmFn, Task, HAS_GEMM};
 pub use arena::{Aligned, Arena};
 #[cfg(feature = "std")]
 pub use pool::ThreadPool;
+pub use shape::{ranged_dim, ShapeError};

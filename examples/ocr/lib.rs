@@ -8,6 +8,10 @@ collage::model!(pub OcrBatches = "ocr.onnx");
 // Sizes where the model is bound: one 48x160 image (`build.rs` scans this file for it).
 collage::model!(pub Ocr = "ocr.onnx", x: [1, 3, 48, 160]);
 
+// One build for every width from 32 to 320 (32 rows high): `run` takes the image as a slice with
+// its shape and returns the logits with theirs, one column per 4 pixels of width.
+collage::model!(pub OcrAnyWidth = "ocr.onnx", batch = 1, height = 32, width = 32..=320);
+
 /// A synthetic text line: dark vertical strokes on a light background, `N` images of `H`x`W`.
 pub fn sample_line<const N: usize, const H: usize, const W: usize>() -> [[[[f32; W]; H]; 3]; N] {
     let mut x = [[[[0.9f32; W]; H]; 3]; N];

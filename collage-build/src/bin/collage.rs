@@ -35,6 +35,10 @@ enum Cmd {
         /// --threads N` for it is used).
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Serve one dimension over a range with one set of kernels: `--dim-range width=32..=1024`
+        /// (its other symbolic dimensions bound with --dim / --input-shape).
+        #[arg(long = "dim-range", value_name = "NAME=LO..=HI", value_parser = collage_build::driver::range::DimRange::parse)]
+        dim_range: Option<collage_build::driver::range::DimRange>,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -48,6 +52,10 @@ enum Cmd {
         /// Threads.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Serve one dimension over a range with one set of kernels: `--dim-range width=32..=1024`
+        /// (its other symbolic dimensions bound with --dim / --input-shape).
+        #[arg(long = "dim-range", value_name = "NAME=LO..=HI", value_parser = collage_build::driver::range::DimRange::parse)]
+        dim_range: Option<collage_build::driver::range::DimRange>,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -169,6 +177,14 @@ enum Cmd {
         /// share of the run, achieved GFLOP/s or GB/s and fraction of the machine's roofline
         #[arg(long)]
         profile: bool,
+        /// Serve one dimension over a range with one set of kernels: `--dim-range width=32..=1024`
+        /// (its other symbolic dimensions bound with --dim / --input-shape).
+        #[arg(long = "dim-range", value_name = "NAME=LO..=HI", value_parser = collage_build::driver::range::DimRange::parse)]
+        dim_range: Option<collage_build::driver::range::DimRange>,
+        /// With --dim-range: the sizes to time (repeatable; default both ends and the middle),
+        /// each against a build bound to it.
+        #[arg(long = "at", value_name = "SIZE", requires = "dim_range")]
+        at: Vec<usize>,
         #[command(flatten)]
         place: PlaceArgs,
     },
@@ -339,9 +355,16 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             model,
             out,
             threads,
+            dim_range,
             place,
         } => {
             let opts = place.options_for(threads)?;
+            if let Some(r) = dim_range {
+                for f in collage_build::driver::range::emit_sources(&model, &out, &opts, &r)? {
+                    println!("wrote {}", f.display());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let written = collage_build::Build::emit_sources_with(&model, &out, &opts)?;
             for f in written {
                 println!("wrote {}", f.display());
@@ -352,18 +375,18 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             model,
             data,
             threads,
+            dim_range,
             place,
         } => {
             let opts = place.options_for(threads)?;
             let work = work_dir("run");
-            let checks = tools::run_on_data(
-                &model,
-                &data,
-                &work,
-                true,
-                &Executor::with_threads(threads),
-                &opts,
-            );
+            let exec = Executor::with_threads(threads);
+            let checks = match &dim_range {
+                Some(r) => {
+                    collage_build::driver::range::run_on_data(&model, &data, &work, &exec, &opts, r)
+                }
+                None => tools::run_on_data(&model, &data, &work, true, &exec, &opts),
+            };
             remove_work(&work);
             let mut ok = true;
             for c in checks? {
@@ -618,10 +641,44 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
             data,
             seconds,
             profile,
+            dim_range,
+            at,
             place,
         } => {
             let opts = place.options_for(threads)?;
             let work = work_dir("bench");
+            if let Some(r) = dim_range {
+                let sizes = if at.is_empty() {
+                    vec![r.lo, (r.lo + r.hi) / 2, r.hi]
+                } else {
+                    at
+                };
+                let t = collage_build::driver::range::bench(
+                    &model,
+                    &opts,
+                    &r,
+                    &sizes,
+                    threads,
+                    Duration::from_secs_f64(seconds / 3.0),
+                    &work,
+                );
+                remove_work(&work);
+                for t in t? {
+                    if json {
+                        println!("{{\"dim\": {:?}, \"size\": {}, \"ranged_ms\": {}, \"bound_ms\": {}, \"threads\": {threads}}}", r.dim, t.size, t.ranged_ms, t.bound_ms);
+                    } else {
+                        println!(
+                            "{}={}: ranged {:.4} ms, bound {:.4} ms ({:.2}x) ({threads} thread(s))",
+                            r.dim,
+                            t.size,
+                            t.ranged_ms,
+                            t.bound_ms,
+                            t.ranged_ms / t.bound_ms
+                        );
+                    }
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let input = match (input, data) {
                 (_, Some(d)) => Some(tools::read_inputs(&d)?),
                 (Some(p), None) => {

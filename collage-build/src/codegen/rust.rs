@@ -27,6 +27,22 @@ fn ident_for(name: &str, i: usize) -> proc_macro2::Ident {
     }
 }
 
+/// A distinct Rust identifier for each input.
+fn input_idents(inputs: &[Io]) -> Vec<proc_macro2::Ident> {
+    let mut seen = std::collections::HashSet::new();
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, io)| {
+            let mut id = ident_for(&io.name, i);
+            if !seen.insert(id.to_string()) {
+                id = format_ident!("input_{}", i);
+            }
+            id
+        })
+        .collect()
+}
+
 fn io_doc(ios: &[Io]) -> String {
     ios.iter()
         .map(|io| format!("`{}`: {}", io.name, io.ty))
@@ -63,17 +79,10 @@ pub fn emit_variants(
         .map(|(_, c)| c.arena_size)
         .max()
         .unwrap_or(0);
-    let arena = Literal::usize_unsuffixed(arena_size);
-    let wlen = Literal::usize_unsuffixed(weights_len);
-    let wpath = format!("/collage/{weights_file}");
     let glue: Vec<VariantGlue> = variants
         .iter()
         .map(|(suffix, c)| variant_glue(*suffix, c))
         .collect();
-    let decls = glue.iter().map(|g| &g.decls);
-    let fields = glue.iter().map(|g| &g.field);
-    let inits = glue.iter().map(|g| &g.init);
-    let methods = glue.iter().map(|g| &g.methods);
     let doc = if variants.len() == 1 && variants[0].0.is_none() {
         format!(
             " Model `{name}` compiled ahead of time by collage-build.\n\n{}\n\n `run` performs no heap allocation; the activation arena ({arena_size} bytes) is allocated once by `new`.",
@@ -85,6 +94,26 @@ pub fn emit_variants(
             glue.iter().map(|g| g.doc.as_str()).collect::<Vec<_>>().join("\n\n")
         )
     };
+    emit_glue(name, &glue, &doc, arena_size, weights_len, weights_file)
+}
+
+/// The `Model` type of `glue` (its variants' entry points and methods) over one arena of
+/// `arena_size` bytes and one weight blob.
+fn emit_glue(
+    name: &str,
+    glue: &[VariantGlue],
+    doc: &str,
+    arena_size: usize,
+    weights_len: usize,
+    weights_file: &str,
+) -> String {
+    let arena = Literal::usize_unsuffixed(arena_size);
+    let wlen = Literal::usize_unsuffixed(weights_len);
+    let wpath = format!("/collage/{weights_file}");
+    let decls = glue.iter().map(|g| &g.decls);
+    let fields = glue.iter().map(|g| &g.field);
+    let inits = glue.iter().map(|g| &g.init);
+    let methods = glue.iter().map(|g| &g.methods);
     let tokens = quote! {
         #[doc = #doc]
         #[allow(dead_code)]
@@ -155,19 +184,7 @@ fn variant_glue(suffix: Option<&str>, c: &Compiled) -> VariantGlue {
     let run_raw = format_ident!("run_raw{}", tail);
     let lib = format_ident!("lib{}", tail);
     let run_sym = format_ident!("collage_{}_run", c.symbol);
-    let mut seen = std::collections::HashSet::new();
-    let names: Vec<_> = c
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, io)| {
-            let mut id = ident_for(&io.name, i);
-            if !seen.insert(id.to_string()) {
-                id = format_ident!("input_{}", i);
-            }
-            id
-        })
-        .collect();
+    let names = input_idents(&c.inputs);
     let in_tys: Vec<_> = c.inputs.iter().map(|io| array_type(&io.ty)).collect();
     let out_tys: Vec<_> = c.outputs.iter().map(|io| array_type(&io.ty)).collect();
     let out_offs: Vec<_> = c
@@ -281,4 +298,185 @@ fn variant_glue(suffix: Option<&str>, c: &Compiled) -> VariantGlue {
         methods,
         doc,
     }
+}
+
+/// `name`: type of each of `ids`, at their run-time shapes.
+fn ranged_io_doc(r: &crate::te::Ranged, ids: &[crate::te::BufId], names: &[String]) -> String {
+    ids.iter()
+        .zip(names)
+        .map(|(&b, n)| format!("`{n}`: {}", r.type_text(b)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The glue of a model served over a range of one dimension ([`crate::te::Ranged`]): `run`
+/// takes each input as a slice with its run-time shape, checks the shapes (the range's size
+/// from the first input that has the dimension, every other dimension against what the model
+/// needs at that size) and returns each output as a slice with its shape; a shape the model
+/// does not serve is a `ShapeError`, and nothing runs.
+pub fn emit_ranged(c: &Compiled, r: &crate::te::Ranged, weights_file: &str) -> String {
+    let p = &r.program;
+    let model_inputs = &p.inputs[..p.inputs.len() - 1];
+    let run_sym = format_ident!("collage_{}_run", c.symbol);
+    let dim = &r.dim;
+    let (lo, hi) = (
+        Literal::usize_unsuffixed(r.lo),
+        Literal::usize_unsuffixed(r.hi),
+    );
+    // A run-time dimension as Rust over the size `d`.
+    let size = |e: &crate::te::Expr| -> TokenStream {
+        match r.sym_of(e) {
+            Some(s) => {
+                let (a, b, c) = (
+                    Literal::i64_unsuffixed(s.a),
+                    Literal::i64_unsuffixed(s.b),
+                    Literal::i64_unsuffixed(s.c),
+                );
+                quote!(::collage::runtime::ranged_dim(d, #a, #b, #c))
+            }
+            None => {
+                let n = Literal::usize_unsuffixed(r.int_at(e, r.lo) as usize);
+                quote!(#n)
+            }
+        }
+    };
+    let names = input_idents(&c.inputs[..model_inputs.len()]);
+    let shape_names: Vec<_> = names.iter().map(|n| format_ident!("{}_shape", n)).collect();
+    let elem = |ty: &TensorType| format_ident!("{}", ty.dtype.rust_type());
+    let in_elems: Vec<_> = c.inputs[..model_inputs.len()]
+        .iter()
+        .map(|io| elem(&io.ty))
+        .collect();
+    let in_ranks: Vec<_> = model_inputs
+        .iter()
+        .map(|&b| Literal::usize_unsuffixed(r.shapes[b.index()].len()))
+        .collect();
+    // The size: the first input axis that is the dimension itself.
+    let unit = crate::te::Sym { a: 1, b: 0, c: 1 };
+    let (src_input, src_axis) = model_inputs
+        .iter()
+        .enumerate()
+        .find_map(|(i, &b)| {
+            let k = r.shapes[b.index()]
+                .iter()
+                .position(|e| r.sym_of(e) == Some(unit))?;
+            Some((i, k))
+        })
+        .expect("a ranged model has an input with the dimension");
+    let src_shape = &shape_names[src_input];
+    let src_name = &c.inputs[src_input].name;
+    let src_axis = Literal::usize_unsuffixed(src_axis);
+    let checks = model_inputs.iter().enumerate().map(|(i, &b)| {
+        let (name, shape, io) = (&names[i], &shape_names[i], &c.inputs[i].name);
+        let dims = r.shapes[b.index()].iter().map(size);
+        quote! {
+            let want = [#(#dims),*];
+            for k in 0..want.len() {
+                if #shape[k] != want[k] {
+                    return Err(::collage::runtime::ShapeError::Dim { input: #io, axis: k, got: #shape[k], expected: want[k] });
+                }
+            }
+            let n: usize = want.iter().product();
+            if #name.len() != n {
+                return Err(::collage::runtime::ShapeError::Len { input: #io, got: #name.len(), expected: n });
+            }
+        }
+    });
+    let n_ptrs = Literal::usize_unsuffixed(model_inputs.len() + 1);
+    let outs: Vec<(TokenStream, TokenStream, TokenStream)> = p
+        .outputs
+        .iter()
+        .zip(&c.outputs)
+        .map(|(&b, io)| {
+            let e = elem(&io.ty);
+            let dims: Vec<TokenStream> = r.shapes[b.index()].iter().map(size).collect();
+            let rank = Literal::usize_unsuffixed(dims.len());
+            let off = Literal::usize_unsuffixed(io.offset);
+            (
+                quote!((&'a [#e], [usize; #rank])),
+                quote!((&[#e], [usize; #rank])),
+                quote! {{
+                    let shape: [usize; #rank] = [#(#dims),*];
+                    let n: usize = shape.iter().product();
+                    // SAFETY: the output lies in the arena at its planned offset, packed at its
+                    // run-time shape (no larger than the largest size's).
+                    (unsafe { ::core::slice::from_raw_parts(arena.add(#off) as *const #e, n) }, shape)
+                }},
+            )
+        })
+        .collect();
+    let (ret_a, ret, vals) = if outs.len() == 1 {
+        let (a, b, v) = &outs[0];
+        (a.clone(), b.clone(), v.clone())
+    } else {
+        let a = outs.iter().map(|o| &o.0);
+        let b = outs.iter().map(|o| &o.1);
+        let v = outs.iter().map(|o| &o.2);
+        (quote!((#(#a),*)), quote!((#(#b),*)), quote!((#(#v),*)))
+    };
+    let err = quote!(::collage::runtime::ShapeError);
+    let params = quote!(#(#names: &[#in_elems], #shape_names: [usize; #in_ranks]),*);
+    let args = quote!(#(#names, #shape_names),*);
+    let methods = quote! {
+        /// The dimension served over a range, and its smallest and largest sizes.
+        pub const RANGE: (&'static str, usize, usize) = (#dim, #lo, #hi);
+
+        /// Runs the model on inputs at their run-time shapes (each a slice and its shape);
+        /// each output is a slice and its shape, borrowing the model until the next call. A
+        /// shape the model does not serve is an error, and nothing runs.
+        pub fn run(&mut self, #params) -> Result<#ret, #err> {
+            let rt = self.exec.raw();
+            let arena = self.arena.as_mut_ptr();
+            // SAFETY: the arena holds ARENA_SIZE bytes (the largest size's).
+            unsafe { Self::run_raw(&rt, arena, #args) }
+        }
+
+        /// Runs the model serially in a caller-provided arena (no allocation at all).
+        pub fn run_in<'a>(arena: &'a mut ArenaBuf, #params) -> Result<#ret_a, #err> {
+            let rt = ::collage::runtime::Executor::Serial.raw();
+            // SAFETY: `arena` holds ARENA_SIZE bytes.
+            unsafe { Self::run_raw(&rt, arena.0.as_mut_ptr(), #args) }
+        }
+
+        unsafe fn run_raw<'a>(rt: &::collage::runtime::RawRt, arena: *mut u8, #params) -> Result<#ret_a, #err> {
+            let d = #src_shape[#src_axis];
+            if !(#lo..=#hi).contains(&d) {
+                return Err(#err::OutOfRange { input: #src_name, dim: #dim, got: d, lo: #lo, hi: #hi });
+            }
+            #(#checks)*
+            let size = d as i64;
+            let inputs: [*const u8; #n_ptrs] = [#(#names.as_ptr() as *const u8,)* &size as *const i64 as *const u8];
+            // SAFETY: the entry point was generated for these buffers at any size of the range,
+            // and every input has the shape it reads at size `d` (checked above).
+            unsafe { #run_sym(rt, arena, WEIGHTS.0.as_ptr(), inputs.as_ptr()) };
+            let arena = arena as *const u8;
+            Ok(#vals)
+        }
+    };
+    let glue = VariantGlue {
+        decls: quote! {
+            fn #run_sym(rt: *const ::collage::runtime::RawRt, arena: *mut u8, weights: *const u8, inputs: *const *const u8);
+        },
+        field: quote!(),
+        init: quote!(),
+        methods,
+        doc: String::new(),
+    };
+    let doc = format!(
+        " Model `{}` compiled ahead of time by collage-build, served over `{dim}` in {}..={}: one set of kernels whose extent along `{dim}` is read at run time.\n\n Inputs: {}.\n Outputs: {}.\n\n `run` performs no heap allocation; the activation arena ({} bytes, the largest size's) is allocated once by `new`.",
+        c.name,
+        r.lo,
+        r.hi,
+        ranged_io_doc(r, model_inputs, &p.input_names),
+        ranged_io_doc(r, &p.outputs, &p.output_names),
+        c.arena_size
+    );
+    emit_glue(
+        &c.name,
+        &[glue],
+        &doc,
+        c.arena_size,
+        c.weights.len(),
+        weights_file,
+    )
 }

@@ -215,3 +215,150 @@ mod tests {
         );
     }
 }
+
+/// Compiles `model` over `range`, runs it on the inputs in `data` (`input_<i>.pb`, at their
+/// run-time shapes) and compares with `output_<i>.pb` where present.
+pub fn run_on_data(
+    model: &Path,
+    data: &Path,
+    work: &Path,
+    exec: &collage_runtime::Executor,
+    opts: &Options,
+    range: &DimRange,
+) -> Result<Vec<super::run::OutputCheck>> {
+    let inputs = super::run::read_inputs(data)?;
+    let c = compile_ranged(model, opts, range, "ranged")?;
+    let mut m = crate::native::RangedModel::build(&c.compiled, &c.ranged, work, "-O1")?;
+    let got = m.run(&inputs, exec)?;
+    let mut checks = Vec::new();
+    for (i, t) in got.iter().enumerate() {
+        let path = data.join(format!("output_{i}.pb"));
+        if path.exists() {
+            let want = super::run::read_pb(&path)?;
+            let (pass, max_abs_err) = crate::tensor::compare(t, &want);
+            checks.push(super::run::OutputCheck {
+                index: i,
+                name: c.compiled.outputs[i].name.clone(),
+                pass,
+                max_abs_err,
+            });
+        }
+    }
+    Ok(checks)
+}
+
+/// One size of a ranged build against the build bound to that size (median milliseconds).
+#[derive(Clone, Debug)]
+pub struct RangedTiming {
+    /// The size.
+    pub size: usize,
+    /// The ranged build.
+    pub ranged_ms: f64,
+    /// The build bound to the size.
+    pub bound_ms: f64,
+}
+
+/// Times the build of `model` over `range` at each of `sizes` against a build bound to each
+/// size, on pseudo-random inputs, alternating the two `rounds` times (`min_time` each) and
+/// keeping the smallest round median of each.
+pub fn bench(
+    model: &Path,
+    opts: &Options,
+    range: &DimRange,
+    sizes: &[usize],
+    threads: usize,
+    min_time: std::time::Duration,
+    work: &Path,
+) -> Result<Vec<RangedTiming>> {
+    let exec = collage_runtime::Executor::with_threads(threads);
+    let c = compile_ranged(model, opts, range, "ranged")?;
+    let mut m =
+        crate::native::RangedModel::build(&c.compiled, &c.ranged, &work.join("ranged"), "-O3")?;
+    let median = |f: &mut dyn FnMut()| -> f64 {
+        for _ in 0..5 {
+            f();
+        }
+        let mut t = Vec::new();
+        let start = std::time::Instant::now();
+        while start.elapsed() < min_time || t.len() < 10 {
+            let s = std::time::Instant::now();
+            f();
+            t.push(s.elapsed().as_secs_f64() * 1e3);
+        }
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let mut out = Vec::new();
+    for &d in sizes {
+        if !(range.lo..=range.hi).contains(&d) {
+            return Err(Error::Data {
+                name: range.dim.clone(),
+                detail: format!("{d} is outside the range {}..={}", range.lo, range.hi),
+            });
+        }
+        let bound = Options {
+            bindings: opts.bindings.clone().dim(range.dim.clone(), d),
+            ..opts.clone()
+        };
+        let mut l =
+            super::run::load_model(model, None, &work.join(format!("bound{d}")), "-O3", &bound)?;
+        let inputs: Vec<crate::ir::Tensor> = l
+            .model
+            .inputs
+            .iter()
+            .map(|io| crate::tensor::pseudo_random(&io.ty))
+            .collect();
+        m.size_of(&inputs)?;
+        let (mut r, mut b) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..3 {
+            r = r.min(median(&mut || {
+                m.run(&inputs, &exec).expect("checked inputs");
+            }));
+            b = b.min(median(&mut || l.model.run_unchecked(&inputs, &exec)));
+        }
+        out.push(RangedTiming {
+            size: d,
+            ranged_ms: r,
+            bound_ms: b,
+        });
+    }
+    Ok(out)
+}
+
+/// Compiles `model` over `range` and writes its generated sources to `out` (`collage compile
+/// --dim-range`): the Rust glue, the C, the weights and the text IR at the largest size.
+pub fn emit_sources(
+    model: &Path,
+    out: &Path,
+    opts: &Options,
+    range: &DimRange,
+) -> Result<Vec<std::path::PathBuf>> {
+    let file = model
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let symbol = crate::ir::sanitize(file.trim_end_matches(".onnx"));
+    let r = compile_ranged(model, opts, range, &symbol)?;
+    std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
+    let c = &r.compiled;
+    let weights_file = format!("{symbol}.weights");
+    let files = [
+        (
+            out.join(format!("{symbol}.rs")),
+            crate::codegen::rust::emit_ranged(c, &r.ranged, &weights_file).into_bytes(),
+        ),
+        (
+            out.join(format!("{symbol}.c")),
+            c.c_source.clone().into_bytes(),
+        ),
+        (out.join(&weights_file), c.weights.clone()),
+        (
+            out.join(format!("{symbol}.ir.txt")),
+            c.graph.to_string().into_bytes(),
+        ),
+    ];
+    for (p, bytes) in &files {
+        std::fs::write(p, bytes).map_err(crate::error::io_err(p))?;
+    }
+    Ok(files.into_iter().map(|(p, _)| p).collect())
+}

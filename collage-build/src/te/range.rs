@@ -65,6 +65,24 @@ impl Sym {
         None
     }
 
+    /// As text over the dimension's name: `width`, `4*width - 3`, `(width + 1) / 2`.
+    pub fn text(self, dim: &str) -> String {
+        let lin = match (self.a, self.b) {
+            (0, b) => b.to_string(),
+            (1, 0) => dim.to_string(),
+            (a, 0) => format!("{a}*{dim}"),
+            (1, b) if b < 0 => format!("{dim} - {}", -b),
+            (1, b) => format!("{dim} + {b}"),
+            (a, b) if b < 0 => format!("{a}*{dim} - {}", -b),
+            (a, b) => format!("{a}*{dim} + {b}"),
+        };
+        match self.c {
+            1 => lin,
+            c if lin.contains(' ') => format!("({lin}) / {c}"),
+            c => format!("{lin} / {c}"),
+        }
+    }
+
     /// As C over the `int64_t` variable `d`.
     pub fn c_expr(self, d: &str) -> String {
         let lin = match (self.a, self.b) {
@@ -620,6 +638,22 @@ impl Ranged {
         param_index(e, self.param_buf).map(|k| self.params[k])
     }
 
+    /// Buffer `b`'s run-time type as text: `f32[1,3,32,width]`.
+    pub fn type_text(&self, b: BufId) -> String {
+        let dims: Vec<String> = self.shapes[b.index()]
+            .iter()
+            .map(|e| match self.sym_of(e) {
+                Some(s) => s.text(&self.dim),
+                None => self.int_at(e, self.lo).to_string(),
+            })
+            .collect();
+        format!(
+            "{}[{}]",
+            self.program.bufs[b.index()].ty.dtype.name(),
+            dims.join(",")
+        )
+    }
+
     /// Buffer `b`'s shape at size `d`.
     pub fn shape_at(&self, b: BufId, d: usize) -> Vec<usize> {
         self.shapes[b.index()]
@@ -840,6 +874,9 @@ mod tests {
             .all(|&d| s.at(d) == (d - 1) / 2 + 1));
         // d squared is no such function.
         assert_eq!(Sym::fit(&pts(&|d| d * d, &ds)), None);
+        assert_eq!(Sym { a: 1, b: 0, c: 1 }.text("w"), "w");
+        assert_eq!(Sym { a: 4, b: -3, c: 1 }.text("w"), "4*w - 3");
+        assert_eq!(Sym { a: 1, b: 1, c: 2 }.text("w"), "(w + 1) / 2");
     }
 
     /// A program at size `n`: `y[i, j] = x[i, j] * k(n)` over `x: f32[n, 3]`, then the sum of

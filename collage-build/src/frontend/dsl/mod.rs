@@ -16,7 +16,7 @@ use crate::ops::{self, Attr, Attrs, OpCx};
 mod syntax;
 
 pub use syntax::ModelDef;
-pub(crate) use syntax::{binding_key, bound_symbol};
+pub(crate) use syntax::{binding_key, bound_symbol, ranged_key};
 
 /// A model found in a file: a DSL block, or an ONNX model bound with sizes
 /// (`model!(Ocr = "ocr.onnx", x: [1, 3, 48, 320])`).
@@ -33,6 +33,8 @@ enum Kind {
     Onnx {
         path: String,
         bindings: crate::frontend::onnx::Bindings,
+        /// A dimension served over a range: name, smallest and largest size.
+        range: Option<(String, usize, usize)>,
     },
 }
 
@@ -120,6 +122,7 @@ fn parse_binding(tokens: TokenStream, file: &Path) -> Option<Found> {
         kind: Kind::Onnx {
             path: b.path.value(),
             bindings,
+            range: b.range.clone(),
         },
     })
 }
@@ -374,18 +377,37 @@ impl Found {
     pub fn symbol(&self) -> String {
         match &self.kind {
             Kind::Dsl(_) => symbol_for_dsl(&self.name),
-            Kind::Onnx { path, bindings } => bound_symbol(
-                &crate::ir::sanitize(path.trim_end_matches(".onnx")),
-                &bindings.key(),
-            ),
+            Kind::Onnx {
+                path,
+                bindings,
+                range,
+            } => {
+                let key = match range {
+                    Some((d, lo, hi)) => ranged_key(&bindings.key(), d, *lo, *hi),
+                    None => bindings.key(),
+                };
+                bound_symbol(&crate::ir::sanitize(path.trim_end_matches(".onnx")), &key)
+            }
         }
     }
 
     /// The ONNX model file and its bindings, for a bound ONNX model.
     pub fn onnx(&self) -> Option<(&str, &crate::frontend::onnx::Bindings)> {
         match &self.kind {
-            Kind::Onnx { path, bindings } => Some((path, bindings)),
+            Kind::Onnx { path, bindings, .. } => Some((path, bindings)),
             Kind::Dsl(_) => None,
+        }
+    }
+
+    /// The dimension a bound ONNX model serves over a range (`width = 32..=1024`): its name,
+    /// smallest and largest sizes.
+    pub fn range(&self) -> Option<(&str, usize, usize)> {
+        match &self.kind {
+            Kind::Onnx {
+                range: Some((d, lo, hi)),
+                ..
+            } => Some((d, *lo, *hi)),
+            _ => None,
         }
     }
 
@@ -394,7 +416,7 @@ impl Found {
     pub fn to_graph(&self, root: &Path) -> Result<Graph> {
         let def = match &self.kind {
             Kind::Dsl(def) => def,
-            Kind::Onnx { path, bindings } => {
+            Kind::Onnx { path, bindings, .. } => {
                 return crate::frontend::onnx::load_with(&root.join(path), bindings)
             }
         };
