@@ -353,6 +353,14 @@ pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> Strin
     if let Some((_, w)) = &windows {
         w.emit_entry(out.text_mut());
     }
+    dispatch(&mut out);
+    out.close("}");
+    out.into_string()
+}
+
+/// The body of the entry point: runs the widest variant this machine has (`run_<isa>`), or
+/// the baseline `run`.
+fn dispatch(out: &mut CWriter) {
     // Preprocessor lines start their line, inside the function too.
     // `CL_NO_AVX512` (`CL_NO_AVX2`) leaves a variant out: a test or a tuning run forces a
     // narrower one on a wider machine (`Isa::defines`), and measurements compile only the
@@ -372,8 +380,6 @@ pub fn emit(p: &Program, locs: &[Location], symbol: &str, header: &str) -> Strin
     out.raw("#else\n");
     out.line("run(rt, A, W, I);");
     out.raw("#endif\n");
-    out.close("}");
-    out.into_string()
 }
 
 /// A profiled build's counters: nanoseconds per kernel, indexed by stage id.

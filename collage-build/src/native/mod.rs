@@ -256,10 +256,27 @@ pub struct RangedModel {
 impl RangedModel {
     /// Writes the C source of `c` (the C of `ranged`) to `dir`, compiles it and loads it.
     pub fn build(c: &Compiled, ranged: &crate::te::Ranged, dir: &Path, opt: &str) -> Result<Self> {
+        Self::build_with(c, ranged, dir, opt, false)
+    }
+
+    /// [`RangedModel::build`], `profiled` a build that times every kernel
+    /// ([`RangedModel::take_profile`]).
+    pub fn build_with(
+        c: &Compiled,
+        ranged: &crate::te::Ranged,
+        dir: &Path,
+        opt: &str,
+        profiled: bool,
+    ) -> Result<Self> {
         Ok(RangedModel {
-            model: NativeModel::build(c, dir, opt)?,
+            model: NativeModel::build_with(c, dir, opt, profiled)?,
             ranged: ranged.clone(),
         })
+    }
+
+    /// A profiled build's nanoseconds per kernel since the last call ([`NativeModel::take_profile`]).
+    pub fn take_profile(&mut self) -> Option<Vec<u64>> {
+        self.model.take_profile()
     }
 
     /// The range served: the dimension's name and its smallest and largest sizes.

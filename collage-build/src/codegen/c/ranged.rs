@@ -7,7 +7,8 @@
 //! parameter buffer, which the kernels read as the last input.
 
 use super::{
-    accumulate, comment, finalize_c, profile_counters, scalar, stage_title, Emitter, PRELUDE,
+    accumulate, comment, dispatch, finalize_c, profile_counters, scalar, stage_title, Emitter,
+    PRELUDE, VARIANTS,
 };
 use crate::codegen::writer::CWriter;
 use crate::schedule::Location;
@@ -17,13 +18,9 @@ use crate::te::{BufKind, Expr, Ranged, Src};
 /// the calling thread: a pool dispatch costs microseconds.
 const PARALLEL_WORK: usize = 1 << 15;
 
-/// Emits the C translation unit of `r`; `locs` gives every buffer's location.
-pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) -> String {
+/// The kernels of `r` and the `run<suffix>` that calls them (one instruction-set variant).
+fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suffix: &str) {
     let p = &r.program;
-    let mut out = CWriter::new();
-    out.line(format!("/* {} */", comment(header)));
-    out.raw(PRELUDE);
-    profile_counters(&mut out, p, symbol);
     let Location::Input(np) = locs[r.param_buf.index()] else {
         panic!("the parameter buffer is an input")
     };
@@ -46,7 +43,7 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
         out.line("");
         out.line(format!("/* {} */", stage_title(st)));
         out.open(format!(
-            "static void k{id}(void *vctx, int64_t begin, int64_t end) {{"
+            "static void k{id}{suffix}(void *vctx, int64_t begin, int64_t end) {{"
         ));
         out.line("collage_ctx *ctx = (collage_ctx *)vctx;");
         out.line(format!(
@@ -80,12 +77,18 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
         };
         let cty = st.ty.dtype.c_type();
         out.line(format!("{cty} *restrict b{id} = ({cty} *)(ctx->A + {o});"));
+        // The parameters once, as locals: the loops' bounds and strides.
+        let np = r.params.len();
+        for k in 0..np {
+            out.line(format!("const int64_t P{k} = b{pb}[{k}]; (void)P{k};"));
+        }
+        let c = |e: &Expr| hoist(&em.expr(e), pb, np);
         for (k, e) in shape.iter().enumerate() {
-            out.line(format!("const int64_t n{k} = {};", em.expr(e)));
+            out.line(format!("const int64_t n{k} = {};", c(e)));
         }
         let extents = r.reduces[id.index()].clone().unwrap_or_default();
         for (k, e) in extents.iter().enumerate() {
-            out.line(format!("const int64_t e{k} = {};", em.expr(e)));
+            out.line(format!("const int64_t e{k} = {};", c(e)));
         }
         out.open("for (int64_t o = begin; o < end; ++o) {");
         // The leading dimensions from `o`; the last one is the inner loop.
@@ -99,29 +102,117 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
                 rem = format!("({rem} / n{k})");
             }
         }
-        if rank > 0 {
-            let l = rank - 1;
-            out.open(format!("for (int64_t i{l} = 0; i{l} < n{l}; ++i{l}) {{"));
-        }
         let vars: Vec<Expr> = (0..rank).map(Expr::var).collect();
-        let flat = em.expr(&r.flatten_iter(&vars, id));
-        match &st.reduce {
-            None => out.line(format!("b{id}[{flat}] = {};", em.expr(&st.body))),
-            Some(red) => {
-                out.line(format!("{cty} acc = {};", scalar(red.op.init(st.ty.dtype))));
+        let flat = c(&r.flatten_iter(&vars, id));
+        let body = c(&st.body);
+        let l = rank.saturating_sub(1);
+        let inner = |out: &mut CWriter| {
+            if rank > 0 {
+                out.line("#pragma omp simd");
+                out.open(format!("for (int64_t i{l} = 0; i{l} < n{l}; ++i{l}) {{"));
+            } else {
+                out.open("{");
+            }
+        };
+        // The room of the last dimension at the largest size: a row of accumulators when it
+        // is wide (the reduction then runs outside a loop along it, which vectorises).
+        let row = (rank > 0)
+            .then(|| st.ty.shape[l])
+            .filter(|&n| (8..=ROW_ACC).contains(&n) && unit_loads(p, &st.body, l as u32));
+        match (&st.reduce, row) {
+            (None, _) => {
+                inner(out);
+                out.line(format!("b{id}[{flat}] = {body};"));
+                out.close("}");
+            }
+            (Some(red), Some(room)) => {
+                let init = scalar(red.op.init(st.ty.dtype));
+                out.line(format!("{cty} accr[{room}];"));
+                inner(out);
+                out.line(format!("accr[i{l}] = {init};"));
+                out.close("}");
                 for k in 0..extents.len() {
                     out.open(format!("for (int64_t r{k} = 0; r{k} < e{k}; ++r{k}) {{"));
                 }
-                let v = em.expr(&st.body);
-                out.line(accumulate(red.op, st.ty.dtype, "acc", &v));
+                // A guard whose else is the reduction's identity bounds the row instead (the
+                // window's padding): its terms without the row's variable hoisted, those of
+                // `i + c >= 0` / `i + c < bound` form the row's first and last position.
+                let init = Expr::Const(red.op.init(st.ty.dtype));
+                match split_guard(&st.body, l as u32, &init) {
+                    Some(g) => {
+                        let outer: Vec<String> = g.outer.iter().map(&c).collect();
+                        let ceil = |(e, k): &(Expr, i64)| match k {
+                            1 => c(e),
+                            k => format!("cl_ceildiv_i64({}, {k})", c(e)),
+                        };
+                        let mut lo = "0".to_string();
+                        for b in &g.lo {
+                            lo = format!("cl_max_i64({lo}, {})", ceil(b));
+                        }
+                        let mut hi = format!("n{l}");
+                        for b in &g.hi {
+                            hi = format!("cl_min_i64({hi}, {})", ceil(b));
+                        }
+                        if !outer.is_empty() {
+                            out.open(format!("if ({}) {{", outer.join(" && ")));
+                        }
+                        out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
+                        out.line("#pragma omp simd");
+                        out.open(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {{"));
+                        let v = c(&g.value);
+                        out.line(accumulate(red.op, st.ty.dtype, &format!("accr[i{l}]"), &v));
+                        out.close("}");
+                        if !outer.is_empty() {
+                            out.close("}");
+                        }
+                    }
+                    None => {
+                        inner(out);
+                        out.line(accumulate(
+                            red.op,
+                            st.ty.dtype,
+                            &format!("accr[i{l}]"),
+                            &body,
+                        ));
+                        out.close("}");
+                    }
+                }
                 for _ in 0..extents.len() {
                     out.close("}");
                 }
-                out.line(format!("b{id}[{flat}] = {};", finalize_c(&em, red)));
+                inner(out);
+                out.line(format!("const {cty} acc = accr[i{l}];"));
+                out.line(format!(
+                    "b{id}[{flat}] = {};",
+                    hoist(&finalize_c(&em, red), pb, np)
+                ));
+                out.close("}");
             }
-        }
-        if rank > 0 {
-            out.close("}");
+            (Some(red), None) => {
+                if rank > 0 {
+                    out.open(format!("for (int64_t i{l} = 0; i{l} < n{l}; ++i{l}) {{"));
+                } else {
+                    out.open("{");
+                }
+                out.line(format!("{cty} acc = {};", scalar(red.op.init(st.ty.dtype))));
+                for k in 0..extents.len() {
+                    // A sum's innermost loop vectorises with lanes of partial sums.
+                    let long = red.extents[k] >= 16;
+                    if k + 1 == extents.len() && red.op == crate::te::RedOp::Sum && long {
+                        out.line("#pragma omp simd reduction(+:acc)");
+                    }
+                    out.open(format!("for (int64_t r{k} = 0; r{k} < e{k}; ++r{k}) {{"));
+                }
+                out.line(accumulate(red.op, st.ty.dtype, "acc", &body));
+                for _ in 0..extents.len() {
+                    out.close("}");
+                }
+                out.line(format!(
+                    "b{id}[{flat}] = {};",
+                    hoist(&finalize_c(&em, red), pb, np)
+                ));
+                out.close("}");
+            }
         }
         out.close("}");
         out.close("}");
@@ -141,15 +232,15 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
                 .map_or(1, |r| r.extents.iter().product::<usize>().max(1));
         if work >= PARALLEL_WORK && rank > 1 {
             calls.push(format!(
-                "rt->parallel_for(rt->pool, {n_outer}, k{id}, &ctx);"
+                "rt->parallel_for(rt->pool, {n_outer}, k{id}{suffix}, &ctx);"
             ));
         } else {
-            calls.push(format!("k{id}(&ctx, 0, {n_outer});"));
+            calls.push(format!("k{id}{suffix}(&ctx, 0, {n_outer});"));
         }
         calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"));
     }
     out.line("");
-    out.open(format!("void collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
+    out.open(format!("static void run{suffix}(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
     out.line(format!("const int64_t d = *(const int64_t *)I[{np}];"));
     let values: Vec<String> = r.params.iter().map(|s| s.c_expr("d")).collect();
     let values = if values.is_empty() {
@@ -172,6 +263,176 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
     for c in &calls {
         out.line(c);
     }
+    out.close("}");
+}
+
+/// The widest last dimension (at the largest size) whose reduction keeps a row of
+/// accumulators on the stack.
+const ROW_ACC: usize = 4096;
+
+/// The coefficient of `Var(v)` in the integer expression `e`, if `e` is affine in it (other
+/// variables and parameter reads are constants here).
+fn var_coef(e: &Expr, v: u32) -> Option<i64> {
+    use crate::te::BinOp;
+    if !uses(e, v) {
+        return Some(0);
+    }
+    match e {
+        Expr::Var(k) if *k == v => Some(1),
+        Expr::Bin(BinOp::Add, a, b) => Some(var_coef(a, v)? + var_coef(b, v)?),
+        Expr::Bin(BinOp::Sub, a, b) => Some(var_coef(a, v)? - var_coef(b, v)?),
+        Expr::Bin(BinOp::Mul, a, b) => match (&**a, &**b) {
+            (x, Expr::Const(c)) | (Expr::Const(c), x) => Some(var_coef(x, v)? * c.as_i64()),
+            _ => None,
+        },
+        Expr::Cast(_, a) => var_coef(a, v),
+        _ => None,
+    }
+}
+
+fn uses(e: &Expr, v: u32) -> bool {
+    let mut yes = false;
+    e.visit(&mut |x| yes |= *x == Expr::Var(v));
+    yes
+}
+
+/// Whether every read in `body` is the same along `Var(v)` or steps by one or two elements (a
+/// stride-2 window): a row of accumulators along `v` then reads memory in vectors (two and a
+/// shuffle), not gathers.
+fn unit_loads(p: &crate::te::Program, body: &Expr, v: u32) -> bool {
+    let mut ok = true;
+    body.visit(&mut |x| {
+        let c = match x {
+            Expr::LoadFlat(_, f) => var_coef(f, v),
+            Expr::Load(s, idx) => {
+                let Src::Buf(b) = s else { return };
+                let st = crate::tensor::strides(&p.bufs[b.index()].ty.shape);
+                idx.iter()
+                    .zip(st)
+                    .try_fold(0i64, |a, (i, s)| Some(a + var_coef(i, v)? * s as i64))
+            }
+            _ => return,
+        };
+        ok &= matches!(c, Some(0..=2));
+    });
+    ok
+}
+
+/// A guard split for a row along `Var(v)` ([`split_guard`]).
+struct SplitGuard {
+    /// Terms without the variable.
+    outer: Vec<Expr>,
+    /// Lower bounds of the variable (inclusive): `ceil(e / k)`.
+    lo: Vec<(Expr, i64)>,
+    /// Upper bounds of the variable (exclusive): `ceil(e / k)`.
+    hi: Vec<(Expr, i64)>,
+    /// The value where the guard holds.
+    value: Expr,
+}
+
+/// `body = cond ? value : identity`, with `cond` a conjunction of terms that either do not
+/// use `Var(v)` or bound it (`v + c >= 0`, `v + c < b`, their mirrors and strict forms): the
+/// row's range where it holds, so that a reduction skips the rest (adding its identity).
+fn split_guard(body: &Expr, v: u32, identity: &Expr) -> Option<SplitGuard> {
+    use crate::te::BinOp;
+    let Expr::Select(cond, value, other) = body else {
+        return None;
+    };
+    if **other != *identity {
+        return None;
+    }
+    let mut terms = Vec::new();
+    let mut stack = vec![&**cond];
+    while let Some(t) = stack.pop() {
+        match t {
+            Expr::Bin(BinOp::And, a, b) => {
+                stack.push(b);
+                stack.push(a);
+            }
+            t => terms.push(t),
+        }
+    }
+    let at_zero = |e: &Expr| e.rewrite(&mut |x| (*x == Expr::Var(v)).then(|| Expr::i(0)));
+    let mut g = SplitGuard {
+        outer: Vec::new(),
+        lo: Vec::new(),
+        hi: Vec::new(),
+        value: (**value).clone(),
+    };
+    for t in terms {
+        if !uses(t, v) {
+            g.outer.push(t.clone());
+            continue;
+        }
+        let Expr::Bin(op, a, b) = t else { return None };
+        // t is `k v + rest OP 0` with rest = a(v=0) - b(v=0); for k > 0: v >= -rest / k
+        // (Ge), v > -rest / k (Gt), v < -rest / k (Lt), v <= -rest / k (Le), rounded.
+        let k = var_coef(a, v)? - var_coef(b, v)?;
+        let rest = at_zero(a).sub(at_zero(b));
+        let (k, rest, op) = match (k, op) {
+            (k, op) if k > 0 => (k, rest, *op),
+            // -k v + rest OP 0  <=>  k v - rest MIRROR(OP) 0
+            (k, op) if k < 0 => {
+                let mirror = match op {
+                    BinOp::Ge => BinOp::Le,
+                    BinOp::Gt => BinOp::Lt,
+                    BinOp::Lt => BinOp::Gt,
+                    BinOp::Le => BinOp::Ge,
+                    _ => return None,
+                };
+                (-k, Expr::i(0).sub(rest), mirror)
+            }
+            _ => return None,
+        };
+        let neg = Expr::i(0).sub(rest);
+        // ceil((x + 1) / k) for the strict lower bound (floor(x / k) + 1), ceil(x / k) else.
+        match op {
+            BinOp::Ge => g.lo.push((neg, k)),
+            BinOp::Gt => g.lo.push((neg.add(Expr::i(1)), k)),
+            BinOp::Lt => g.hi.push((neg, k)),
+            BinOp::Le => g.hi.push((neg.add(Expr::i(1)), k)),
+            _ => return None,
+        }
+    }
+    Some(g)
+}
+
+/// `c` with every read of parameter `k` (`b<pb>[INT64_C(k)]`) replaced by the local `Pk`.
+fn hoist(c: &str, pb: crate::te::BufId, np: usize) -> String {
+    let mut c = c.to_string();
+    for k in 0..np {
+        c = c.replace(&format!("b{pb}[INT64_C({k})]"), &format!("P{k}"));
+    }
+    c
+}
+
+/// Emits the C translation unit of `r`; `locs` gives every buffer's location.
+pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) -> String {
+    let p = &r.program;
+    let mut out = CWriter::new();
+    out.line(format!("/* {} */", comment(header)));
+    out.raw(PRELUDE);
+    profile_counters(&mut out, p, symbol);
+    out.line("#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(COLLAGE_NO_DISPATCH)");
+    out.line("#define CL_DISPATCH 1");
+    out.line("#endif");
+    // The kernels once per instruction-set variant, as `emit` prints them.
+    out.line("#ifdef CL_DISPATCH");
+    for (isa, target, _) in VARIANTS {
+        out.line(format!("#ifndef CL_NO_{}", isa.name().to_uppercase()));
+        out.line("#pragma GCC push_options");
+        out.line(format!("#pragma GCC target(\"{target}\")"));
+        emit_run(&mut out, r, locs, symbol, isa.suffix());
+        out.line("#pragma GCC pop_options");
+        out.line("#endif");
+    }
+    out.line("#endif");
+    out.line("#if !defined(CL_DISPATCH) || !defined(CL_NO_BASE)");
+    emit_run(&mut out, r, locs, symbol, crate::te::Isa::Base.suffix());
+    out.line("#endif");
+    out.line("");
+    out.open(format!("void collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));
+    dispatch(&mut out);
     out.close("}");
     out.into_string()
 }
