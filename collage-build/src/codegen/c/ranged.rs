@@ -121,6 +121,7 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
             .filter(|&n| (8..=ROW_ACC).contains(&n) && unit_loads(p, &st.body, l as u32));
         match (&st.reduce, row) {
             (None, _) => {
+                let body = invariant_reads(out, &em, &st.body, l as u32, &c);
                 inner(out);
                 out.line(format!("b{id}[{flat}] = {body};"));
                 out.close("}");
@@ -131,6 +132,37 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
                 inner(out);
                 out.line(format!("accr[i{l}] = {init};"));
                 out.close("}");
+                // Reads the same along the row whose address divides (a reshaped view's),
+                // gathered first over the whole reduction: in the reduction's loops, GCC does
+                // not vectorise the row once such an address is in them.
+                let hard = divided_reads(&st.body, l as u32);
+                let points: usize = red.extents.iter().product();
+                let mut body_sub: Vec<(String, String)> = Vec::new();
+                if !hard.is_empty() && points <= ROW_ACC {
+                    let flat_r = (0..extents.len())
+                        .fold("0".to_string(), |a, k| format!("({a} * e{k} + r{k})"));
+                    for (j, x) in hard.iter().enumerate() {
+                        let ty = em.dtype(x).c_type();
+                        out.line(format!("{ty} hv{j}[{points}];"));
+                    }
+                    for k in 0..extents.len() {
+                        out.open(format!("for (int64_t r{k} = 0; r{k} < e{k}; ++r{k}) {{"));
+                    }
+                    for (j, x) in hard.iter().enumerate() {
+                        out.line(format!("hv{j}[{flat_r}] = {};", c(x)));
+                        body_sub.push((c(x), format!("hv{j}[{flat_r}]")));
+                    }
+                    for _ in 0..extents.len() {
+                        out.close("}");
+                    }
+                }
+                let c = |e: &Expr| {
+                    let mut t = c(e);
+                    for (from, to) in &body_sub {
+                        t = t.replace(from, to);
+                    }
+                    t
+                };
                 for k in 0..extents.len() {
                     out.open(format!("for (int64_t r{k} = 0; r{k} < e{k}; ++r{k}) {{"));
                 }
@@ -157,9 +189,9 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
                             out.open(format!("if ({}) {{", outer.join(" && ")));
                         }
                         out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
+                        let v = invariant_reads(out, &em, &g.value, l as u32, &c);
                         out.line("#pragma omp simd");
                         out.open(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {{"));
-                        let v = c(&g.value);
                         out.line(accumulate(red.op, st.ty.dtype, &format!("accr[i{l}]"), &v));
                         out.close("}");
                         if !outer.is_empty() {
@@ -167,13 +199,9 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
                         }
                     }
                     None => {
+                        let v = invariant_reads(out, &em, &st.body, l as u32, &c);
                         inner(out);
-                        out.line(accumulate(
-                            red.op,
-                            st.ty.dtype,
-                            &format!("accr[i{l}]"),
-                            &body,
-                        ));
+                        out.line(accumulate(red.op, st.ty.dtype, &format!("accr[i{l}]"), &v));
                         out.close("}");
                     }
                 }
@@ -195,17 +223,51 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
                     out.open("{");
                 }
                 out.line(format!("{cty} acc = {};", scalar(red.op.init(st.ty.dtype))));
-                for k in 0..extents.len() {
-                    // A sum's innermost loop vectorises with lanes of partial sums.
-                    let long = red.extents[k] >= 16;
-                    if k + 1 == extents.len() && red.op == crate::te::RedOp::Sum && long {
-                        out.line("#pragma omp simd reduction(+:acc)");
+                // The innermost loop of a long reduction vectorises with lanes of partial
+                // results; a float max / min carries NaN in a flag of its own, as OpenMP's
+                // combiner may not (the static emitter does the same).
+                let n = extents.len();
+                let long = n > 0 && red.extents[n - 1] >= 16;
+                let float = st.ty.dtype.is_float();
+                let clause = match red.op {
+                    crate::te::RedOp::Sum if long => Some("reduction(+:acc)"),
+                    crate::te::RedOp::Max if long && float => {
+                        Some("reduction(max:acc) reduction(|:anynan)")
+                    }
+                    crate::te::RedOp::Min if long && float => {
+                        Some("reduction(min:acc) reduction(|:anynan)")
+                    }
+                    _ => None,
+                };
+                let nan_flag = clause.is_some() && red.op != crate::te::RedOp::Sum;
+                if nan_flag {
+                    out.line("int anynan = 0;");
+                }
+                for k in 0..n {
+                    if k + 1 == n {
+                        if let Some(clause) = clause {
+                            out.line(format!("#pragma omp simd {clause}"));
+                        }
                     }
                     out.open(format!("for (int64_t r{k} = 0; r{k} < e{k}; ++r{k}) {{"));
                 }
-                out.line(accumulate(red.op, st.ty.dtype, "acc", &body));
-                for _ in 0..extents.len() {
+                if nan_flag {
+                    let cmp = if red.op == crate::te::RedOp::Max {
+                        ">"
+                    } else {
+                        "<"
+                    };
+                    out.line(format!(
+                        "const {cty} x = {body}; acc = x {cmp} acc ? x : acc; anynan |= x != x;"
+                    ));
+                } else {
+                    out.line(accumulate(red.op, st.ty.dtype, "acc", &body));
+                }
+                for _ in 0..n {
                     out.close("}");
+                }
+                if nan_flag {
+                    out.line("if (anynan) acc = NAN;");
                 }
                 out.line(format!(
                     "b{id}[{flat}] = {};",
@@ -316,6 +378,67 @@ fn unit_loads(p: &crate::te::Program, body: &Expr, v: u32) -> bool {
         ok &= matches!(c, Some(0..=2));
     });
     ok
+}
+
+/// The reads of `e` that are the same along `Var(v)`, outside a select's branches (the guard
+/// may be what keeps those in bounds), each once.
+fn invariant_loads(e: &Expr, v: u32) -> Vec<Expr> {
+    fn collect(x: &Expr, v: u32, out: &mut Vec<Expr>) {
+        match x {
+            Expr::Load(..) | Expr::LoadFlat(..) if !uses(x, v) && !out.contains(x) => {
+                out.push(x.clone());
+            }
+            Expr::Load(..) | Expr::LoadFlat(..) => {}
+            Expr::Select(cond, _, _) => collect(cond, v, out),
+            Expr::Un(_, a) | Expr::Cast(_, a) => collect(a, v, out),
+            Expr::Bin(_, a, b) => {
+                collect(a, v, out);
+                collect(b, v, out);
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    collect(e, v, &mut out);
+    out
+}
+
+/// [`invariant_loads`] whose address divides or takes a remainder.
+fn divided_reads(e: &Expr, v: u32) -> Vec<Expr> {
+    use crate::te::BinOp;
+    let mut reads = invariant_loads(e, v);
+    reads.retain(|x| {
+        let mut divides = false;
+        x.visit(&mut |y| {
+            divides |= matches!(y, Expr::Bin(BinOp::Div | BinOp::Mod | BinOp::FMod, ..))
+        });
+        divides
+    });
+    reads
+}
+
+/// `e` as C with every read that is the same along the row (`Var(v)` unused) read once
+/// before it into a local (`h0`, `h1`, ...): a read whose address divides or takes a
+/// remainder defeats the C compiler's vectoriser even where it does not vary.
+fn invariant_reads(
+    out: &mut CWriter,
+    em: &Emitter,
+    e: &Expr,
+    v: u32,
+    c: &dyn Fn(&Expr) -> String,
+) -> String {
+    let reads = invariant_loads(e, v);
+    let mut text = c(e);
+    for (k, x) in reads.iter().enumerate() {
+        let read = c(x);
+        if !text.contains(&read) {
+            continue;
+        }
+        let ty = em.dtype(x).c_type();
+        out.line(format!("const {ty} h{k} = {read};"));
+        text = text.replace(&read, &format!("h{k}"));
+    }
+    text
 }
 
 /// A guard split for a row along `Var(v)` ([`split_guard`]).
