@@ -343,11 +343,14 @@ fn var_coef(e: &Expr, v: u32) -> Option<i64> {
         Expr::Var(k) if *k == v => Some(1),
         Expr::Bin(BinOp::Add, a, b) => Some(var_coef(a, v)? + var_coef(b, v)?),
         Expr::Bin(BinOp::Sub, a, b) => Some(var_coef(a, v)? - var_coef(b, v)?),
+        // Integer arithmetic only: a float step (`v * 1.5`) is no integer coefficient.
         Expr::Bin(BinOp::Mul, a, b) => match (&**a, &**b) {
-            (x, Expr::Const(c)) | (Expr::Const(c), x) => Some(var_coef(x, v)? * c.as_i64()),
+            (x, Expr::Const(c)) | (Expr::Const(c), x) if c.dtype().is_int() => {
+                Some(var_coef(x, v)? * c.as_i64())
+            }
             _ => None,
         },
-        Expr::Cast(_, a) => var_coef(a, v),
+        Expr::Cast(d, a) if d.is_int() => var_coef(a, v),
         _ => None,
     }
 }
@@ -558,4 +561,62 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
     dispatch(&mut out);
     out.close("}");
     out.into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::te::Scalar;
+
+    #[test]
+    fn coefficients_are_integer_steps_only() {
+        let v = Expr::var(3);
+        let e = v
+            .clone()
+            .mul(Expr::i(2))
+            .sub(Expr::i(1))
+            .add(Expr::var(0).mul(Expr::i(7)));
+        assert_eq!(var_coef(&e, 3), Some(2));
+        assert_eq!(var_coef(&e, 0), Some(7));
+        assert_eq!(var_coef(&e, 1), Some(0));
+        // A float step, or a float view of the variable, has no integer coefficient.
+        let f = v
+            .clone()
+            .cast(crate::ir::DType::F32)
+            .mul(Expr::Const(Scalar::F32(1.5)));
+        assert_eq!(var_coef(&f, 3), None);
+        assert_eq!(var_coef(&v.clone().cast(crate::ir::DType::F32), 3), None);
+        assert_eq!(var_coef(&v.clone().div(Expr::i(2)), 3), None);
+    }
+
+    #[test]
+    fn guards_split_into_row_bounds_or_not_at_all() {
+        let v = || Expr::var(1);
+        let x = Expr::Load(crate::te::Src::Buf(crate::te::BufId::new(0)), vec![v()]);
+        let zero = Expr::Const(Scalar::F32(0.0));
+        // (2 v - 1 >= 0) && (r0 < 3) && (2 v - 1 < 10)  ->  v in [ceil(1/2), ceil(11/2)), if r0 < 3
+        let t = v().mul(Expr::i(2)).sub(Expr::i(1));
+        let cond = t
+            .clone()
+            .ge(Expr::i(0))
+            .and(Expr::rvar(0).lt(Expr::i(3)))
+            .and(t.lt(Expr::i(10)));
+        let g = split_guard(&Expr::select(cond, x.clone(), zero.clone()), 1, &zero).unwrap();
+        assert_eq!(g.outer.len(), 1);
+        assert_eq!((g.lo.len(), g.hi.len()), (1, 1));
+        assert_eq!(g.lo[0].1, 2);
+        assert_eq!(g.value, x);
+        // An else that is not the identity, or a float bound, does not split.
+        let cond = v().ge(Expr::i(1));
+        assert!(split_guard(
+            &Expr::select(cond.clone(), x.clone(), Expr::Const(Scalar::F32(1.0))),
+            1,
+            &zero
+        )
+        .is_none());
+        let fcond = v()
+            .cast(crate::ir::DType::F32)
+            .ge(Expr::Const(Scalar::F32(2.5)));
+        assert!(split_guard(&Expr::select(fcond, x, zero.clone()), 1, &zero).is_none());
+    }
 }
