@@ -455,6 +455,14 @@ impl Ranged {
                 samples.iter().find(|s| s.0 == *d).map_or(0, |s| s.1.bufs.len())
             ));
         }
+        if let Some((d, _)) = samples
+            .iter()
+            .find(|(_, p)| p.inputs != reference.inputs || p.outputs != reference.outputs)
+        {
+            return Err(format!(
+                "the model's inputs or outputs are other buffers at `{dim}` = {d} than at {hi}"
+            ));
+        }
         let mut m = Merger {
             dim,
             sizes: samples.iter().map(|s| s.0 as i64).collect(),
