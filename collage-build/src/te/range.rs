@@ -310,33 +310,24 @@ impl Merger<'_> {
                 Expr::Load(*s, out)
             }
             Expr::LoadFlat(s, _) => {
-                let parts: Vec<&Expr> = es
-                    .iter()
-                    .map(|e| match e {
-                        Expr::LoadFlat(t, f) if t == s => Ok(&**f),
-                        _ => Err(differ()),
-                    })
-                    .collect::<Result<_, _>>()?;
+                let parts = child(es, &differ, |e| match e {
+                    Expr::LoadFlat(t, f) if t == s => Some(&**f),
+                    _ => None,
+                })?;
                 Expr::LoadFlat(*s, Box::new(self.expr(&parts, what)?))
             }
             Expr::Un(op, _) => {
-                let parts: Vec<&Expr> = es
-                    .iter()
-                    .map(|e| match e {
-                        Expr::Un(o, a) if o == op => Ok(&**a),
-                        _ => Err(differ()),
-                    })
-                    .collect::<Result<_, _>>()?;
+                let parts = child(es, &differ, |e| match e {
+                    Expr::Un(o, a) if o == op => Some(&**a),
+                    _ => None,
+                })?;
                 Expr::Un(*op, Box::new(self.expr(&parts, what)?))
             }
             Expr::Cast(d, _) => {
-                let parts: Vec<&Expr> = es
-                    .iter()
-                    .map(|e| match e {
-                        Expr::Cast(t, a) if t == d => Ok(&**a),
-                        _ => Err(differ()),
-                    })
-                    .collect::<Result<_, _>>()?;
+                let parts = child(es, &differ, |e| match e {
+                    Expr::Cast(t, a) if t == d => Some(&**a),
+                    _ => None,
+                })?;
                 Expr::Cast(*d, Box::new(self.expr(&parts, what)?))
             }
             Expr::Bin(op, _, _) => {
@@ -375,6 +366,15 @@ impl Merger<'_> {
             }
         })
     }
+}
+
+/// The child `pick` finds in every sample's expression; `differ` where one has none.
+fn child<'e>(
+    es: &[&'e Expr],
+    differ: &dyn Fn() -> String,
+    pick: impl Fn(&'e Expr) -> Option<&'e Expr>,
+) -> Result<Vec<&'e Expr>, String> {
+    es.iter().map(|e| pick(e).ok_or_else(differ)).collect()
 }
 
 /// An expression's text, cut to a line.
