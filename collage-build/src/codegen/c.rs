@@ -1532,11 +1532,70 @@ impl RowPlan {
     }
 }
 
+/// A stage's extent as C: a literal, or a run-time value (a ranged program's local).
+#[derive(Clone, Debug)]
+enum Ext {
+    /// Known when the C is written.
+    Lit(usize),
+    /// The C expression of a run-time extent.
+    Run(String),
+}
+
+impl Ext {
+    /// `ceil(self / k)` as C.
+    fn ceil_div(&self, k: usize) -> Ext {
+        match self {
+            Ext::Lit(n) => Ext::Lit(n.div_ceil(k)),
+            Ext::Run(_) if k == 1 => self.clone(),
+            Ext::Run(s) => Ext::Run(format!("cl_ceildiv_i64({s}, {k})")),
+        }
+    }
+}
+
+impl std::fmt::Display for Ext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ext::Lit(n) => write!(f, "{n}"),
+            Ext::Run(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The extents a register-blocked stage's C is written over: the stage's own (literals), or a
+/// ranged program's run-time ones.
+struct GemmExtents<'a> {
+    /// Every output dimension's extent.
+    pub dims: Vec<Ext>,
+    /// Every reduction extent.
+    pub reduce: Vec<Ext>,
+    /// The C offset of the output element of jammed row `j` (the jammed dimension's variable
+    /// plus `j`), with the row's dimension left out when the flag is set (the caller adds the
+    /// column).
+    pub offset: &'a dyn Fn(usize, bool) -> String,
+}
+
 impl GemmPlan {
     fn emit(&self, out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().unwrap();
-        let (v, n, w, nv) = (self.v, shape[self.v], self.lanes, self.vecs);
+        let st_strides = em.out_strides(id, shape);
+        let jk = self.jam.map_or(usize::MAX, |j| j.0);
+        let offset =
+            |j: usize, skip: bool| jammed_offset(shape, &st_strides, jk, j, skip.then_some(self.v));
+        let ext = GemmExtents {
+            dims: shape.iter().map(|&n| Ext::Lit(n)).collect(),
+            reduce: r.extents.iter().map(|&n| Ext::Lit(n)).collect(),
+            offset: &offset,
+        };
+        self.emit_over(out, em, id, st, &ext);
+    }
+
+    /// The stage's C over extents `x`: a tile of jammed rows by `vecs` vectors in registers,
+    /// partial tiles at the row's end, and a shorter last block of rows.
+    fn emit_over(&self, out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage, x: &GemmExtents) {
+        let r = st.reduce.as_ref().unwrap();
+        let (v, w, nv) = (self.v, self.lanes, self.vecs);
+        let n = &x.dims[v];
         let tw = w * nv;
         let (jk, jn) = self.jam.unwrap_or((usize::MAX, 1));
         let vt = format!("cl_f32x{w}");
@@ -1545,9 +1604,9 @@ impl GemmPlan {
         let mut rem = "o".to_string();
         for &k in self.outer.iter().rev() {
             let ext = if k == jk {
-                shape[k].div_ceil(jn)
+                x.dims[k].ceil_div(jn)
             } else {
-                shape[k]
+                x.dims[k].clone()
             };
             let scale = if k == jk {
                 format!(" * {jn}")
@@ -1568,10 +1627,9 @@ impl GemmPlan {
                 "const int64_t t0 = {rem} * {tw}, t1 = t0 + {tw} < {n} ? t0 + {tw} : {n};"
             ));
         }
-        let jammed = |e: &Expr, j: usize| jam_expr(e, shape.len(), self.jam, j);
+        let jammed = |e: &Expr, j: usize| jam_expr(e, x.dims.len(), self.jam, j);
         let store = |out: &mut CWriter, j: usize, col: Option<&str>, acc: &str| {
-            let st_strides = em.out_strides(id, shape);
-            let flat = jammed_offset(shape, &st_strides, jk, j, None);
+            let flat = (x.offset)(j, false);
             let fin = r
                 .finalize
                 .as_ref()
@@ -1593,7 +1651,7 @@ impl GemmPlan {
                     out.line(format!("{vt} c{j}_{t} = {{0}};"));
                 }
             }
-            open_reduction(out, &r.extents);
+            open_reduction(out, &x.reduce);
             for j in 0..jn {
                 let body = jammed(&st.body, j);
                 for t in 0..nv {
@@ -1615,7 +1673,6 @@ impl GemmPlan {
                 .as_ref()
                 .is_none_or(|f| vectorizable(em.p, f, v as u32));
             if vec_fin {
-                let st_strides = em.out_strides(id, shape);
                 for j in 0..jn {
                     for t in 0..nv {
                         let col = format!("t0 + {}", t * w);
@@ -1630,7 +1687,7 @@ impl GemmPlan {
                             ),
                             None => format!("c{j}_{t}"),
                         };
-                        let flat = jammed_offset(shape, &st_strides, jk, j, Some(v));
+                        let flat = (x.offset)(j, true);
                         out.line(format!("*({vt} *)&b{id}[{flat} + {col}] = {value};"));
                         // The same rows' next tile, to be written: fetched for ownership
                         // ahead, where the loads stream too.
@@ -1669,7 +1726,7 @@ impl GemmPlan {
                 for j in 0..jn {
                     out.line(format!("{vt} a{j} = {{0}};"));
                 }
-                open_reduction(out, &r.extents);
+                open_reduction(out, &x.reduce);
                 for j in 0..jn {
                     let x = vector_expr(em, &jammed(&st.body, j), v as u32, col, &vt);
                     out.line(format!("a{j} += {x};"));
@@ -1704,7 +1761,7 @@ impl GemmPlan {
             for j in 0..jn {
                 out.line(format!("float s{j} = 0.0f;"));
             }
-            open_reduction(out, &r.extents);
+            open_reduction(out, &x.reduce);
             for j in 0..jn {
                 out.line(format!("s{j} += {};", em.expr(&jammed(&st.body, j))));
             }
@@ -1715,16 +1772,30 @@ impl GemmPlan {
             out.close("}");
             out.close("}");
         };
-        if self.jam_rem == 0 {
-            rows_body(out, jn);
-        } else {
-            // The rows' code is written at this depth, not under the `if`.
-            let ext = shape[jk];
-            out.line(format!("if (i{jk} + {jn} <= {ext}) {{"));
-            rows_body(out, jn);
-            out.line("} else {");
-            rows_body(out, self.jam_rem);
-            out.line("}");
+        match x.dims.get(jk) {
+            None | Some(Ext::Lit(_)) if self.jam_rem == 0 => rows_body(out, jn),
+            Some(Ext::Lit(ext)) => {
+                // The rows' code is written at this depth, not under the `if`.
+                out.line(format!("if (i{jk} + {jn} <= {ext}) {{"));
+                rows_body(out, jn);
+                out.line("} else {");
+                rows_body(out, self.jam_rem);
+                out.line("}");
+            }
+            Some(Ext::Run(ext)) => {
+                // A run-time extent: the last block's rows, whichever count they are.
+                out.line(format!("if (i{jk} + {jn} <= {ext}) {{"));
+                rows_body(out, jn);
+                out.line(format!("}} else switch ({ext} - i{jk}) {{"));
+                for rows in 1..jn {
+                    out.line(format!("case {rows}: {{"));
+                    rows_body(out, rows);
+                    out.line("} break;");
+                }
+                out.line("default: break;");
+                out.line("}");
+            }
+            None => unreachable!("a jammed dimension of the stage"),
         }
         out.close("}");
     }
@@ -1872,8 +1943,8 @@ fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
 }
 
 /// Opens one loop per reduction variable (`r0`, `r1`, ...).
-fn open_reduction(out: &mut CWriter, extents: &[usize]) {
-    for (k, &e) in extents.iter().enumerate() {
+fn open_reduction<T: std::fmt::Display>(out: &mut CWriter, extents: &[T]) {
+    for (k, e) in extents.iter().enumerate() {
         out.open(format!("for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{"));
     }
 }

@@ -7,19 +7,22 @@
 //! parameter buffer, which the kernels read as the last input.
 
 use super::{
-    accumulate, comment, dispatch, finalize_c, profile_counters, scalar, stage_title, Emitter,
-    PRELUDE, VARIANTS,
+    accumulate, comment, dispatch, finalize_c, profile_counters, scalar, stage_title, Emitter, Ext,
+    GemmExtents, PRELUDE, VARIANTS,
 };
 use crate::codegen::writer::CWriter;
 use crate::schedule::Location;
-use crate::te::{BufKind, Expr, Ranged, Src};
+use crate::target::Cpu;
+use crate::te::{BufKind, Expr, Isa, Ranged, Src};
 
 /// Work (elements times reduction points at the largest size) below which a stage runs on
 /// the calling thread: a pool dispatch costs microseconds.
 const PARALLEL_WORK: usize = 1 << 15;
 
-/// The kernels of `r` and the `run<suffix>` that calls them (one instruction-set variant).
-fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suffix: &str) {
+/// The kernels of `r` and the `run<suffix>` that calls them (the instruction-set variant
+/// `isa`, on `cpu`).
+fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa: Isa, cpu: &Cpu) {
+    let suffix = isa.suffix();
     let p = &r.program;
     let Location::Input(np) = locs[r.param_buf.index()] else {
         panic!("the parameter buffer is an input")
@@ -89,6 +92,83 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
         let extents = r.reduces[id.index()].clone().unwrap_or_default();
         for (k, e) in extents.iter().enumerate() {
             out.line(format!("const int64_t e{k} = {};", c(e)));
+        }
+        // The work at the largest size: a stage with less never pays for the pool.
+        let work = st.ty.numel()
+            * st.reduce
+                .as_ref()
+                .map_or(1, |r| r.extents.iter().product::<usize>().max(1));
+        // Its trip count, and the work at run time, as C over the parameters (in `run`).
+        let run_ext = |e: &Expr| match e {
+            Expr::Const(s) => Ext::Lit(s.as_i64() as usize),
+            e => Ext::Run(format!("({})", em.expr(e))),
+        };
+        let run_work = shape
+            .iter()
+            .chain(&extents)
+            .map(|e| run_ext(e).to_string())
+            .collect::<Vec<_>>()
+            .join(" * ");
+        // A contraction along a row whose step is the same at every size: a tile of rows by
+        // vectors in registers, the static emitter's register-blocked plan over run-time
+        // extents.
+        if let Some(gp) = st
+            .reduce
+            .as_ref()
+            .and_then(|_| crate::schedule::plan::default_gemm(p, st, isa, cpu))
+        {
+            let local = |e: &Expr, name: String| match e {
+                Expr::Const(s) => Ext::Lit(s.as_i64() as usize),
+                _ => Ext::Run(name),
+            };
+            let jk = gp.jam.map(|j| j.0);
+            let offset = |j: usize, skip: bool| {
+                let vars: Vec<Expr> = (0..rank)
+                    .map(|k| {
+                        if skip && k == gp.v {
+                            Expr::i(0)
+                        } else if Some(k) == jk {
+                            Expr::var(k).add(Expr::i(j as i64))
+                        } else {
+                            Expr::var(k)
+                        }
+                    })
+                    .collect();
+                em.expr(&r.flatten_iter(&vars, id))
+            };
+            let x = GemmExtents {
+                dims: shape
+                    .iter()
+                    .enumerate()
+                    .map(|(k, e)| local(e, format!("n{k}")))
+                    .collect(),
+                reduce: extents
+                    .iter()
+                    .enumerate()
+                    .map(|(k, e)| local(e, format!("e{k}")))
+                    .collect(),
+                offset: &offset,
+            };
+            let mut sub = CWriter::new();
+            gp.emit_over(&mut sub, &em, id, st, &x);
+            for l in hoist(&sub.into_string(), pb, np).lines() {
+                out.line(l);
+            }
+            out.close("}");
+            // The tasks: every outer block of rows by every tile of the row.
+            let tile = gp.lanes * gp.vecs;
+            let mut tasks = vec![run_ext(&shape[gp.v]).ceil_div(tile).to_string()];
+            for &k in &gp.outer {
+                let n = run_ext(&shape[k]);
+                let n = match gp.jam {
+                    Some((jk, jn)) if jk == k => n.ceil_div(jn),
+                    _ => n,
+                };
+                tasks.push(n.to_string());
+            }
+            calls.push(task_call(&tasks.join(" * "), work, &run_work, id, suffix));
+            calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"));
+            continue;
         }
         out.open("for (int64_t o = begin; o < end; ++o) {");
         // The leading dimensions from `o`; the last one is the inner loop.
@@ -288,17 +368,8 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
         } else {
             outer.join(" * ")
         };
-        let work = st.ty.numel()
-            * st.reduce
-                .as_ref()
-                .map_or(1, |r| r.extents.iter().product::<usize>().max(1));
-        if work >= PARALLEL_WORK && rank > 1 {
-            calls.push(format!(
-                "rt->parallel_for(rt->pool, {n_outer}, k{id}{suffix}, &ctx);"
-            ));
-        } else {
-            calls.push(format!("k{id}{suffix}(&ctx, 0, {n_outer});"));
-        }
+        let n_outer = if rank > 1 { n_outer } else { "1".into() };
+        calls.push(task_call(&n_outer, work, &run_work, id, suffix));
         calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"));
     }
     out.line("");
@@ -326,6 +397,26 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, suff
         out.line(c);
     }
     out.close("}");
+}
+
+/// The call of kernel `k<id><suffix>` over `tasks` tasks (C): on the thread pool where the
+/// work at run time (`run_work`, C) is enough to pay for it — never when the most it can be
+/// (`work`, at the largest size) is not — else on the calling thread.
+fn task_call(
+    tasks: &str,
+    work: usize,
+    run_work: &str,
+    id: crate::te::BufId,
+    suffix: &str,
+) -> String {
+    let serial = format!("k{id}{suffix}(&ctx, 0, {tasks});");
+    if work < PARALLEL_WORK || tasks == "1" {
+        return serial;
+    }
+    let run_work = if run_work.is_empty() { "1" } else { run_work };
+    format!(
+        "if ({run_work} >= {PARALLEL_WORK} && {tasks} > 1) rt->parallel_for(rt->pool, {tasks}, k{id}{suffix}, &ctx); else {serial}"
+    )
 }
 
 /// The widest last dimension (at the largest size) whose reduction keeps a row of
@@ -544,17 +635,19 @@ pub fn emit_ranged(r: &Ranged, locs: &[Location], symbol: &str, header: &str) ->
     out.line("#endif");
     // The kernels once per instruction-set variant, as `emit` prints them.
     out.line("#ifdef CL_DISPATCH");
+    let target = crate::target::Target::for_build();
+    let cpu = &*target.host_cpu();
     for (isa, target, _) in VARIANTS {
         out.line(format!("#ifndef CL_NO_{}", isa.name().to_uppercase()));
         out.line("#pragma GCC push_options");
         out.line(format!("#pragma GCC target(\"{target}\")"));
-        emit_run(&mut out, r, locs, symbol, isa.suffix());
+        emit_run(&mut out, r, locs, symbol, *isa, cpu);
         out.line("#pragma GCC pop_options");
         out.line("#endif");
     }
     out.line("#endif");
     out.line("#if !defined(CL_DISPATCH) || !defined(CL_NO_BASE)");
-    emit_run(&mut out, r, locs, symbol, crate::te::Isa::Base.suffix());
+    emit_run(&mut out, r, locs, symbol, Isa::Base, cpu);
     out.line("#endif");
     out.line("");
     out.open(format!("void collage_{symbol}_run(const collage_rt *rt, uint8_t *A, const uint8_t *W, const void *const *I) {{"));

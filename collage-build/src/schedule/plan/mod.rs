@@ -79,6 +79,18 @@ pub fn kinds_that_fit(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> Vec<PlanK
         .collect()
 }
 
+/// The register-blocked plan of stage `st` with the target's default knobs, if that kind fits
+/// it: for a program served over a range of sizes (`te::Range`), whose shapes are the largest
+/// size's and whose run-time integers are parameter reads — which the analyses here take for
+/// no constant step, so a plan only vectorises along a row whose step is the same at every
+/// size.
+pub(crate) fn default_gemm(p: &Program, st: &Stage, isa: Isa, cpu: &Cpu) -> Option<GemmPlan> {
+    match plan_kind(p, st, isa, cpu, PlanKind::RegisterBlocked, None)? {
+        KernelPlan::Gemm(g) => Some(g),
+        _ => None,
+    }
+}
+
 /// The plan of kind `kind` for `st`, with the knobs of `choice` (a choice of that kind) or
 /// the target's defaults; `None` if the kind does not fit the stage.
 fn plan_kind(
