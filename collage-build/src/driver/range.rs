@@ -93,6 +93,7 @@ fn lower_at(
     opts: &Options,
     range: &DimRange,
     size: usize,
+    pad: bool,
 ) -> Result<(Graph, Program)> {
     let bindings = opts.bindings.clone().dim(range.dim.clone(), size);
     let mut g = onnx::load_with(model, &bindings)?;
@@ -100,6 +101,9 @@ fn lower_at(
     crate::passes::run(&mut g, &crate::passes::pipeline_for(false))?;
     let mut p = codegen::lower_graph_as(&g, &|_| (1, None), true)?;
     te::fuse(&mut p);
+    if pad {
+        te::pad_windows(&mut p);
+    }
     Ok((g, p))
 }
 
@@ -110,11 +114,28 @@ pub fn compile_ranged(
     range: &DimRange,
     symbol: &str,
 ) -> Result<CompiledRanged> {
+    // Windows read padded copies of their inputs where every size agrees on them (then their
+    // contractions vectorise along the row), else their guarded inputs.
+    match ranged_program(model, opts, range, true) {
+        Ok(r) => Ok(r),
+        Err(_) => ranged_program(model, opts, range, false),
+    }
+    .and_then(|(graph, r)| emit(graph, r, range, symbol))
+}
+
+/// The graph of `model` and its program over `range` (windows reading padded inputs if
+/// `pad`), verified and finished.
+fn ranged_program(
+    model: &Path,
+    opts: &Options,
+    range: &DimRange,
+    pad: bool,
+) -> Result<(Graph, Ranged)> {
     let (sizes, check) = range.samples();
     let mut samples = Vec::with_capacity(sizes.len());
     let mut graph = None;
     for &s in &sizes {
-        let (g, p) = lower_at(model, opts, range, s)?;
+        let (g, p) = lower_at(model, opts, range, s, pad)?;
         graph.get_or_insert(g);
         samples.push((s, p));
     }
@@ -129,12 +150,12 @@ pub fn compile_ranged(
     let mut r = Ranged::from_samples(&range.dim, range.lo, range.hi, &samples).map_err(fail)?;
     drop(samples);
     if let Some(d) = check {
-        let (_, p) = lower_at(model, opts, range, d)?;
+        let (_, p) = lower_at(model, opts, range, d, pad)?;
         r.verify(d, &p).map_err(fail)?;
     }
     // Below 2 the program is the same formula; the model must agree on its signature.
     for d in range.lo..range.lo.max(2) {
-        let (_, p) = lower_at(model, opts, range, d)?;
+        let (_, p) = lower_at(model, opts, range, d, pad)?;
         let io = |q: &Program, ids: &[BufId], ranged: bool| -> Vec<Vec<usize>> {
             ids.iter()
                 .map(|&b| {
@@ -156,6 +177,18 @@ pub fn compile_ranged(
         }
     }
     r.finish();
+    Ok((graph, r))
+}
+
+/// The C and the rest of a build of `r`.
+fn emit(graph: Graph, r: Ranged, range: &DimRange, symbol: &str) -> Result<CompiledRanged> {
+    let fail = |detail: String| Error::Model {
+        model: graph.name.clone(),
+        detail: format!(
+            "served over {}..={} of `{}`: {detail}",
+            range.lo, range.hi, range.dim
+        ),
+    };
     let p = &r.program;
     let (locs, weights, arena_size) = codegen::locate(p);
     if arena_size > graph.limits.max_bytes {

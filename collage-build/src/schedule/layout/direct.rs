@@ -18,7 +18,7 @@ use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{strides, DType, TensorType};
 use crate::te::{affine_terms, simplify, BinOp, BufId, BufKind, Exec, Expr, Program, Src, Stage};
 
-use crate::schedule::analysis::{channel_axis, channel_weight, conjuncts, generated_f32_sum};
+use crate::schedule::analysis::{channel_axis, channel_weight, generated_f32_sum};
 
 /// The most elements a padded input may have, as a multiple of the input's.
 const MAX_GROWTH: usize = 4;
@@ -118,28 +118,10 @@ fn direct(
     // The guard must be exactly the load's bounds: each conjunct `xi[d] >= 0` or
     // `xi[d] < xs[d]`; a side without one must hold over the im2col's whole domain.
     let n = xs.len();
-    let (mut has_lo, mut has_hi) = (vec![false; n], vec![false; n]);
-    if let Some(cnd) = cond {
-        let mut cs = Vec::new();
-        conjuncts(cnd, &mut cs);
-        for k in cs {
-            let (lhs, rhs, lo) = match &k {
-                Expr::Bin(BinOp::Ge, l, r) => (l, r, true),
-                Expr::Bin(BinOp::Lt, l, r) => (l, r, false),
-                _ => return None,
-            };
-            let d = xi.iter().position(|e| e == lhs.as_ref())?;
-            let want = if lo { 0 } else { xs[d] as i64 };
-            if **rhs != Expr::i(want) {
-                return None;
-            }
-            if lo {
-                has_lo[d] = true;
-            } else {
-                has_hi[d] = true;
-            }
-        }
-    }
+    let (has_lo, has_hi) = match cond {
+        Some(cnd) => crate::te::pad::bound_sides(cnd, xi, xs)?,
+        None => (vec![false; n], vec![false; n]),
+    };
     let domain: Vec<Interval> = ast.ty.shape.iter().map(|&e| Interval::upto(e)).collect();
     let mut lo = vec![0i64; n];
     let mut pshape = vec![0usize; n];
@@ -157,26 +139,16 @@ fn direct(
     }
     // The padded input: `xp[y] = x[y + lo]` inside `x`, else 0.
     let at: Vec<Expr> = (0..n).map(|d| Expr::var(d).add(Expr::i(lo[d]))).collect();
-    let mut inside: Option<Expr> = None;
-    for d in 0..n {
-        let mut push = |e: Expr| {
-            inside = Some(match inside.take() {
-                None => e,
-                Some(q) => q.and(e),
-            })
-        };
-        if lo[d] < 0 {
-            push(at[d].clone().ge(Expr::i(0)));
-        }
-        if pshape[d] as i64 + lo[d] > xs[d] as i64 {
-            push(at[d].clone().lt(Expr::i(xs[d] as i64)));
-        }
-    }
+    let low: Vec<bool> = lo.iter().map(|&l| l < 0).collect();
+    let high: Vec<bool> = (0..n)
+        .map(|d| pshape[d] as i64 + lo[d] > xs[d] as i64)
+        .collect();
+    let guarded = low.iter().chain(&high).any(|&b| b);
     // Without padding (a patch embedding) the contraction reads `x` itself.
-    let padded = inside.map(|i| Stage {
+    let padded = guarded.then(|| Stage {
         name: format!("{}_padded", ast.name),
         ty: TensorType::new(DType::F32, pshape.clone()),
-        body: Expr::select(i, Expr::load(Src::Buf(*xb), at), Expr::c(DType::F32, 0.0)),
+        body: crate::te::pad::zero_outside(*xb, xs, at, &low, &high),
         reduce: None,
         materialize: true,
         part: ast.part,

@@ -1,0 +1,408 @@
+//! Padded inputs for windowed contractions served over a range of sizes.
+//!
+//! A convolution lowered for every size alike (`LowerCx::uniform`) reads its input under a
+//! guard: `in_bounds(x_idx) ? x[x_idx] * w : 0`. That guard keeps the contraction from a
+//! register-blocked plan (a tile of rows by vectors reads whole vectors of the input). Here the
+//! input gets a copy with its padding written out (`xp`, zeros around `x`), placed just before
+//! the contraction, which then reads `xp` at the index shifted by the border, with no guard.
+//! What the contraction computes is unchanged: the guard is exactly the bounds of its load
+//! (checked), `xp` holds zeros where the guard fails, and the contraction is a sum of products
+//! with that load, so those terms add zeros. (The static pipeline does the same from an im2col
+//! stage: `schedule::layout::direct`.)
+use super::{BinOp, BufId, BufKind, Buffer, Exec, Expr, Program, RedOp, Src, Stage};
+use crate::fusion::tile::{bounds, Interval};
+use crate::ir::{DType, TensorType};
+use crate::schedule::analysis::{coef, conjuncts, uses_var};
+
+/// The most elements of padding per side of a dimension: a window's reach, not a size.
+const MAX_PAD: i64 = 64;
+
+/// The largest step of a window along its row that is split by phase.
+const MAX_STEP: i64 = 4;
+
+/// Rewrites every contraction that qualifies to read a padded copy of its guarded input.
+pub fn pad_windows(p: &mut Program) {
+    let mut g = 0;
+    while g < p.bufs.len() {
+        if let Some((padded, body)) = padded_read(p, BufId::new(g)) {
+            insert_before(p, g, padded);
+            g += 1;
+            if let BufKind::Stage(st) = &mut p.bufs[g].kind {
+                st.body = body(BufId::new(g - 1));
+                super::simplify_stage(st);
+            }
+        }
+        g += 1;
+    }
+}
+
+/// The padded input of stage `g` and its new body (given the padded buffer's id), if `g` is a
+/// generated f32 sum of `select(bounds of x_idx, x[x_idx] * w, 0)`.
+#[allow(clippy::type_complexity)]
+fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Expr>)> {
+    let st = p.stage(g)?;
+    let r = st.reduce.as_ref()?;
+    if st.exec != Exec::Generated || r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
+        return None;
+    }
+    let Expr::Select(cond, value, zero) = &st.body else {
+        return None;
+    };
+    if **zero != Expr::c(DType::F32, 0.0) {
+        return None;
+    }
+    let Expr::Bin(BinOp::Mul, a, b) = value.as_ref() else {
+        return None;
+    };
+    let is_x = |e: &Expr| matches!(e, Expr::Load(Src::Buf(x), _) if !p.bufs[x.index()].packed);
+    let (load, w, x_first) = if is_x(a) {
+        (a, b, true)
+    } else if is_x(b) {
+        (b, a, false)
+    } else {
+        return None;
+    };
+    let Expr::Load(Src::Buf(xb), xi) = load.as_ref() else {
+        return None;
+    };
+    let xbuf = &p.bufs[xb.index()];
+    let xs = &xbuf.ty.shape;
+    if xbuf.ty.dtype != DType::F32 || xi.len() != xs.len() {
+        return None;
+    }
+    let vars: Vec<Interval> = st.ty.shape.iter().map(|&e| Interval::upto(e)).collect();
+    let rvars: Vec<Interval> = r.extents.iter().map(|&e| Interval::upto(e)).collect();
+    // The other factor is read unguarded now: every load of it must stay in its buffer.
+    let mut inside = true;
+    w.visit(&mut |e| match e {
+        Expr::Load(Src::Buf(b), idx) => {
+            let shape = &p.bufs[b.index()].ty.shape;
+            inside &= idx.len() == shape.len()
+                && idx.iter().zip(shape).all(|(i, &n)| {
+                    bounds(i, &vars, &rvars).is_some_and(|iv| iv.lo >= 0 && iv.hi < n as i64)
+                });
+        }
+        Expr::LoadFlat(Src::Buf(b), f) => {
+            let n = p.bufs[b.index()].ty.numel() as i64;
+            inside &= bounds(f, &vars, &rvars).is_some_and(|iv| iv.lo >= 0 && iv.hi < n);
+        }
+        Expr::Load(..) | Expr::LoadFlat(..) | Expr::Acc => inside = false,
+        _ => {}
+    });
+    if !inside {
+        return None;
+    }
+    let n = xs.len();
+    let (has_lo, has_hi) = bound_sides(cond, xi, xs)?;
+    // Only where the rewrite lets the contraction vectorise: its row walks the input's last
+    // dimension with a small constant step (a step above one reads a copy split by phase).
+    let row = st.ty.shape.len().checked_sub(1)? as u32;
+    let step = coef(&xi[n - 1], row)?;
+    if xi[..n - 1].iter().any(|e| uses_var(e, row)) || !(1..=MAX_STEP).contains(&step) {
+        return None;
+    }
+    let mut lo = vec![0i64; n];
+    let mut pshape = vec![0usize; n];
+    for d in 0..n {
+        let iv = bounds(&xi[d], &vars, &rvars)?;
+        if (!has_lo[d] && iv.lo < 0) || (!has_hi[d] && iv.hi >= xs[d] as i64) {
+            return None;
+        }
+        lo[d] = iv.lo.min(0);
+        // At least the border before it after it too: the same at every size where the
+        // window's reach past the end depends on the size's parity (a strided window).
+        let hi = iv.hi.max(xs[d] as i64 - 1 - lo[d]);
+        if -lo[d] > MAX_PAD || hi - (xs[d] as i64 - 1) > MAX_PAD {
+            return None;
+        }
+        pshape[d] = (hi - lo[d] + 1) as usize;
+    }
+    // `xp[y] = x[y + lo]` inside `x`, else 0; with a step `s` along the row, its last
+    // dimension `s q + f` stored at `[f, q]` (phase `f` first), so that the row reads
+    // consecutive `q`.
+    let s = step as usize;
+    let mut at: Vec<Expr> = (0..n).map(|d| Expr::var(d).add(Expr::i(lo[d]))).collect();
+    let mut store_shape = pshape.clone();
+    if s > 1 {
+        at[n - 1] = Expr::var(n)
+            .mul(Expr::i(step))
+            .add(Expr::var(n - 1))
+            .add(Expr::i(lo[n - 1]));
+        store_shape[n - 1] = s;
+        store_shape.push(pshape[n - 1].div_ceil(s));
+    }
+    let low: Vec<bool> = lo.iter().map(|&l| l < 0).collect();
+    let high: Vec<bool> = (0..n)
+        .map(|d| pshape[d] as i64 + lo[d] > xs[d] as i64 || (d == n - 1 && s > 1))
+        .collect();
+    let body = zero_outside(*xb, xs, at, &low, &high);
+    let ty = TensorType::new(DType::F32, store_shape);
+    let padded = Buffer {
+        name: format!("{}_padded", st.name),
+        ty: ty.clone(),
+        kind: BufKind::Stage(Stage {
+            name: format!("{}_padded", st.name),
+            ty,
+            body,
+            reduce: None,
+            materialize: true,
+            part: st.part,
+            exec: Exec::Generated,
+            choice: None,
+        }),
+        packed: false,
+    };
+    let mut shifted: Vec<Expr> = (0..n).map(|d| xi[d].clone().add(Expr::i(-lo[d]))).collect();
+    if s > 1 {
+        // `e = s row + rest` (`rest >= 0`: `e >= 0` where the row is 0): phase `rest % s`,
+        // column `row + rest / s`.
+        let mut at_zero: Vec<Expr> = (0..st.ty.shape.len()).map(Expr::var).collect();
+        at_zero[row as usize] = Expr::i(0);
+        let rest = shifted[n - 1].subst_vars(&at_zero);
+        shifted[n - 1] = Expr::bin(BinOp::Mod, rest.clone(), Expr::i(step));
+        shifted.push(Expr::var(row as usize).add(Expr::bin(BinOp::Div, rest, Expr::i(step))));
+    }
+    let w = w.as_ref().clone();
+    let body = move |xp: BufId| {
+        let read = Expr::load(Src::Buf(xp), shifted.clone());
+        if x_first {
+            Expr::bin(BinOp::Mul, read, w.clone())
+        } else {
+            Expr::bin(BinOp::Mul, w.clone(), read)
+        }
+    };
+    Some((padded, Box::new(body)))
+}
+
+/// Which sides of each dimension of load index `xi` (into a buffer of shape `xs`) the guard
+/// `cond` checks, if it is made of nothing but such checks: each conjunct `xi[d] >= 0` or
+/// `xi[d] < xs[d]`.
+pub(crate) fn bound_sides(
+    cond: &Expr,
+    xi: &[Expr],
+    xs: &[usize],
+) -> Option<(Vec<bool>, Vec<bool>)> {
+    let n = xs.len();
+    let (mut has_lo, mut has_hi) = (vec![false; n], vec![false; n]);
+    let mut cs = Vec::new();
+    conjuncts(cond, &mut cs);
+    for k in cs {
+        let (lhs, rhs, lo) = match &k {
+            Expr::Bin(BinOp::Ge, l, r) => (l, r, true),
+            Expr::Bin(BinOp::Lt, l, r) => (l, r, false),
+            _ => return None,
+        };
+        let d = xi.iter().position(|e| e == lhs.as_ref())?;
+        let want = if lo { 0 } else { xs[d] as i64 };
+        if **rhs != Expr::i(want) {
+            return None;
+        }
+        if lo {
+            has_lo[d] = true;
+        } else {
+            has_hi[d] = true;
+        }
+    }
+    Some((has_lo, has_hi))
+}
+
+/// `x[at]` where it is inside `x` (shape `xs`), else 0: the body of a padded copy, checking
+/// `at[d] >= 0` where `low[d]` and `at[d] < xs[d]` where `high[d]`.
+pub(crate) fn zero_outside(
+    x: BufId,
+    xs: &[usize],
+    at: Vec<Expr>,
+    low: &[bool],
+    high: &[bool],
+) -> Expr {
+    let mut guard: Option<Expr> = None;
+    for d in 0..xs.len() {
+        let mut push = |e: Expr| {
+            guard = Some(match guard.take() {
+                None => e,
+                Some(q) => q.and(e),
+            })
+        };
+        if low[d] {
+            push(at[d].clone().ge(Expr::i(0)));
+        }
+        if high[d] {
+            push(at[d].clone().lt(Expr::i(xs[d] as i64)));
+        }
+    }
+    let load_x = Expr::load(Src::Buf(x), at);
+    match guard {
+        Some(c) => Expr::select(c, load_x, Expr::c(DType::F32, 0.0)),
+        None => load_x,
+    }
+}
+
+/// Inserts `buf` at index `at`, every later buffer one on (and every read of it renumbered).
+/// Only for a program without groups or plans yet.
+fn insert_before(p: &mut Program, at: usize, buf: Buffer) {
+    debug_assert!(p.groups.is_empty() && p.row_groups.is_empty() && p.plans.is_empty());
+    let up = |b: BufId| {
+        if b.index() >= at {
+            BufId::new(b.index() + 1)
+        } else {
+            b
+        }
+    };
+    let up_src = |s: Src| match s {
+        Src::Buf(b) => Src::Buf(up(b)),
+        other => other,
+    };
+    for b in &mut p.bufs {
+        if let BufKind::Stage(st) = &mut b.kind {
+            st.body = st.body.map_src(&up_src);
+            if let Some(f) = st.reduce.as_mut().and_then(|r| r.finalize.as_mut()) {
+                *f = f.map_src(&up_src);
+            }
+        }
+    }
+    for b in p.inputs.iter_mut().chain(p.outputs.iter_mut()) {
+        *b = up(*b);
+    }
+    p.parallel_calls.iter_mut().for_each(|b| *b = up(*b));
+    p.bufs.insert(at, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::te::Reduce;
+    use crate::tensor::Tensor;
+
+    /// The first output of `p` on `inputs`, by the reference interpreter.
+    fn run(p: &Program, inputs: &[Tensor]) -> Vec<f32> {
+        let mut vals: Vec<Tensor> = Vec::new();
+        for b in &p.bufs {
+            let t = match &b.kind {
+                BufKind::Input(k) => inputs[*k].clone(),
+                BufKind::Stage(st) => {
+                    let resolve = |s: Src| -> &Tensor {
+                        match s {
+                            Src::Buf(b) => &vals[b.index()],
+                            other => panic!("unresolved {other:?}"),
+                        }
+                    };
+                    crate::te::Evaluator { src: &resolve }.stage(st)
+                }
+                other => panic!("unexpected buffer {other:?}"),
+            };
+            vals.push(t);
+        }
+        vals[p.outputs[0].index()].to_f32()
+    }
+
+    /// A one-dimensional window of 3 taps with a border of 1: `y[i] = sum_r x[i + r - 1] w[r]`.
+    fn window() -> Program {
+        strided(1, 5)
+    }
+
+    /// The window with step `s` over `x` of 5: `y[i] = sum_r x[s i + r - 1] w[r]`, `out` of
+    /// them.
+    fn strided(s: i64, out: usize) -> Program {
+        let mut p = Program::default();
+        let x = p.push("x", TensorType::new(DType::F32, vec![5]), BufKind::Input(0));
+        let w = p.push("w", TensorType::new(DType::F32, vec![3]), BufKind::Input(1));
+        p.inputs = vec![x, w];
+        let at = Expr::var(0)
+            .mul(Expr::i(s))
+            .add(Expr::rvar(0))
+            .add(Expr::i(-1));
+        let cond = at.clone().ge(Expr::i(0)).and(at.clone().lt(Expr::i(5)));
+        let body = Expr::select(
+            cond,
+            Expr::bin(
+                BinOp::Mul,
+                Expr::load(Src::Buf(x), vec![at]),
+                Expr::load(Src::Buf(w), vec![Expr::rvar(0)]),
+            ),
+            Expr::c(DType::F32, 0.0),
+        );
+        let ty = TensorType::new(DType::F32, vec![out]);
+        let y = p.push(
+            "y",
+            ty.clone(),
+            BufKind::Stage(Stage {
+                name: "y".into(),
+                ty,
+                body,
+                reduce: Some(Reduce {
+                    op: RedOp::Sum,
+                    extents: vec![3],
+                    finalize: None,
+                }),
+                materialize: true,
+                part: 0,
+                exec: Exec::Generated,
+                choice: None,
+            }),
+        );
+        p.outputs = vec![y];
+        p
+    }
+
+    #[test]
+    fn a_guarded_window_reads_its_padded_input() {
+        let p = window();
+        let mut q = p.clone();
+        pad_windows(&mut q);
+        assert_eq!(q.bufs.len(), 4);
+        assert_eq!(q.bufs[2].ty.shape, vec![7]);
+        assert_eq!(q.outputs, vec![BufId::new(3)]);
+        let y = q.stage(BufId::new(3)).unwrap();
+        assert!(!matches!(y.body, Expr::Select(..)), "{:?}", y.body);
+        // The same values as the guarded window.
+        let x = Tensor::from_f32(&[5], &[1.0, -2.0, 3.0, 4.0, 0.5]);
+        let w = Tensor::from_f32(&[3], &[0.25, 2.0, -1.0]);
+        let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
+        assert_eq!(a, b);
+        assert_eq!(
+            b,
+            [
+                2.0 + 2.0,
+                0.25 - 4.0 - 3.0,
+                -0.5 + 6.0 - 4.0,
+                0.75 + 8.0 - 0.5,
+                1.0 + 1.0
+            ]
+        );
+    }
+
+    #[test]
+    fn a_strided_window_reads_its_input_split_by_phase() {
+        let p = strided(2, 3);
+        let mut q = p.clone();
+        pad_windows(&mut q);
+        // x padded to 7, stored as 2 phases of 4.
+        assert_eq!(q.bufs[2].ty.shape, vec![2, 4]);
+        let y = q.stage(BufId::new(3)).unwrap();
+        assert!(!matches!(y.body, Expr::Select(..)), "{:?}", y.body);
+        let x = Tensor::from_f32(&[5], &[1.0, -2.0, 3.0, 4.0, 0.5]);
+        let w = Tensor::from_f32(&[3], &[0.25, 2.0, -1.0]);
+        let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
+        assert_eq!(a, b);
+        assert_eq!(b, [2.0 + 2.0, -0.5 + 6.0 - 4.0, 1.0 + 1.0]);
+    }
+
+    #[test]
+    fn a_guard_that_is_not_the_loads_bounds_stays() {
+        let mut p = window();
+        // A guard that cuts inside the input: not padding.
+        if let BufKind::Stage(st) = &mut p.bufs[2].kind {
+            let Expr::Select(_, v, z) = st.body.clone() else {
+                unreachable!()
+            };
+            let at = Expr::var(0).add(Expr::rvar(0)).add(Expr::i(-1));
+            st.body = Expr::select(at.ge(Expr::i(1)), *v, *z);
+        }
+        let q = {
+            let mut q = p.clone();
+            pad_windows(&mut q);
+            q
+        };
+        assert_eq!(q.bufs.len(), 3);
+    }
+}
