@@ -9,6 +9,11 @@
 //! (checked), `xp` holds zeros where the guard fails, and the contraction is a sum of products
 //! with that load, so those terms add zeros. (The static pipeline does the same from an im2col
 //! stage: `schedule::layout::direct`.)
+//!
+//! What the contraction computes of the input alone (an activation fusion inlined into its
+//! reads, `hardswish(x[idx]) * w`) goes into the copy too: computed once per input element
+//! instead of once per output channel, and the contraction is left a plain sum of products.
+//! A row that steps over the input (a strided window) reads a copy stored by phase.
 use super::{BinOp, BufId, BufKind, Buffer, Exec, Expr, Program, RedOp, Src, Stage};
 use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{DType, TensorType};
@@ -37,7 +42,8 @@ pub fn pad_windows(p: &mut Program) {
 }
 
 /// The padded input of stage `g` and its new body (given the padded buffer's id), if `g` is a
-/// generated f32 sum of `select(bounds of x_idx, x[x_idx] * w, 0)`.
+/// generated f32 sum of `select(bounds of x_idx, f(x[x_idx]) * w, 0)` (or of `f(x[x_idx]) * w`
+/// with no guard, where `f` is more than the load or the row steps over `x`).
 #[allow(clippy::type_complexity)]
 fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Expr>)> {
     let st = p.stage(g)?;
@@ -45,26 +51,34 @@ fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Ex
     if st.exec != Exec::Generated || r.op != RedOp::Sum || st.ty.dtype != DType::F32 {
         return None;
     }
-    let Expr::Select(cond, value, zero) = &st.body else {
+    let (cond, value) = match &st.body {
+        Expr::Select(c, v, z) if **z == Expr::c(DType::F32, 0.0) => (Some(c.as_ref()), v.as_ref()),
+        v => (None, v),
+    };
+    let Expr::Bin(BinOp::Mul, a, b) = value else {
         return None;
     };
-    if **zero != Expr::c(DType::F32, 0.0) {
+    padded_factor(p, st, cond, a.as_ref(), b.as_ref(), true)
+        .or_else(|| padded_factor(p, st, cond, b.as_ref(), a.as_ref(), false))
+}
+
+/// [`padded_read`] with `fx` the factor that reads the input, `w` the other.
+#[allow(clippy::type_complexity)]
+fn padded_factor(
+    p: &Program,
+    st: &Stage,
+    cond: Option<&Expr>,
+    fx: &Expr,
+    w: &Expr,
+    x_first: bool,
+) -> Option<(Buffer, Box<dyn Fn(BufId) -> Expr>)> {
+    let r = st.reduce.as_ref()?;
+    let (xb, xi) = one_read(fx)?;
+    let xb = &xb;
+    let xi = &xi[..];
+    if p.bufs[xb.index()].packed {
         return None;
     }
-    let Expr::Bin(BinOp::Mul, a, b) = value.as_ref() else {
-        return None;
-    };
-    let is_x = |e: &Expr| matches!(e, Expr::Load(Src::Buf(x), _) if !p.bufs[x.index()].packed);
-    let (load, w, x_first) = if is_x(a) {
-        (a, b, true)
-    } else if is_x(b) {
-        (b, a, false)
-    } else {
-        return None;
-    };
-    let Expr::Load(Src::Buf(xb), xi) = load.as_ref() else {
-        return None;
-    };
     let xbuf = &p.bufs[xb.index()];
     let xs = &xbuf.ty.shape;
     if xbuf.ty.dtype != DType::F32 || xi.len() != xs.len() {
@@ -93,12 +107,20 @@ fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Ex
         return None;
     }
     let n = xs.len();
-    let (has_lo, has_hi) = bound_sides(cond, xi, xs)?;
+    let (has_lo, has_hi) = match cond {
+        Some(c) => bound_sides(c, xi, xs)?,
+        None => (vec![false; n], vec![false; n]),
+    };
     // Only where the rewrite lets the contraction vectorise: its row walks the input's last
     // dimension with a small constant step (a step above one reads a copy split by phase).
     let row = st.ty.shape.len().checked_sub(1)? as u32;
     let step = coef(&xi[n - 1], row)?;
     if xi[..n - 1].iter().any(|e| uses_var(e, row)) || !(1..=MAX_STEP).contains(&step) {
+        return None;
+    }
+    // Unguarded, a copy of a bare load with unit step would change nothing.
+    let bare = matches!(fx, Expr::Load(..));
+    if cond.is_none() && bare && step == 1 {
         return None;
     }
     let mut lo = vec![0i64; n];
@@ -135,7 +157,14 @@ fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Ex
     let high: Vec<bool> = (0..n)
         .map(|d| pshape[d] as i64 + lo[d] > xs[d] as i64 || (d == n - 1 && s > 1))
         .collect();
-    let body = zero_outside(*xb, xs, at, &low, &high);
+    let fx_at = {
+        let at = at.clone();
+        fx.rewrite(&mut |e| match e {
+            Expr::Load(Src::Buf(b), _) if b == xb => Some(Expr::load(Src::Buf(*xb), at.clone())),
+            _ => None,
+        })
+    };
+    let body = zero_outside(fx_at, &at, xs, &low, &high);
     let ty = TensorType::new(DType::F32, store_shape);
     let padded = Buffer {
         name: format!("{}_padded", st.name),
@@ -162,7 +191,7 @@ fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Ex
         shifted[n - 1] = Expr::bin(BinOp::Mod, rest.clone(), Expr::i(step));
         shifted.push(Expr::var(row as usize).add(Expr::bin(BinOp::Div, rest, Expr::i(step))));
     }
-    let w = w.as_ref().clone();
+    let w = w.clone();
     let body = move |xp: BufId| {
         let read = Expr::load(Src::Buf(xp), shifted.clone());
         if x_first {
@@ -206,12 +235,37 @@ pub(crate) fn bound_sides(
     Some((has_lo, has_hi))
 }
 
-/// `x[at]` where it is inside `x` (shape `xs`), else 0: the body of a padded copy, checking
-/// `at[d] >= 0` where `low[d]` and `at[d] < xs[d]` where `high[d]`.
+/// The read of an input and what is computed of it alone: the buffer and index of every load
+/// of `e` (one buffer, one index, at least one load), where `e` uses no variable but in that
+/// index.
+fn one_read(e: &Expr) -> Option<(BufId, Vec<Expr>)> {
+    let mut read: Option<(BufId, Vec<Expr>)> = None;
+    let mut ok = true;
+    e.visit(&mut |x| match x {
+        Expr::Load(Src::Buf(b), idx) => match &read {
+            None => read = Some((*b, idx.clone())),
+            Some((rb, ri)) => ok &= rb == b && ri == idx,
+        },
+        Expr::Load(..) | Expr::LoadFlat(..) | Expr::Acc => ok = false,
+        _ => {}
+    });
+    let read = read.filter(|_| ok)?;
+    // Outside the load, no variable.
+    let rest = e.rewrite(&mut |x| match x {
+        Expr::Load(..) => Some(Expr::c(DType::F32, 0.0)),
+        _ => None,
+    });
+    let mut vars = false;
+    rest.visit(&mut |x| vars |= matches!(x, Expr::Var(_) | Expr::RVar(_)));
+    (!vars).then_some(read)
+}
+
+/// `value` where `at` is inside the input (shape `xs`), else 0: the body of a padded copy,
+/// checking `at[d] >= 0` where `low[d]` and `at[d] < xs[d]` where `high[d]`.
 pub(crate) fn zero_outside(
-    x: BufId,
+    value: Expr,
+    at: &[Expr],
     xs: &[usize],
-    at: Vec<Expr>,
     low: &[bool],
     high: &[bool],
 ) -> Expr {
@@ -230,10 +284,9 @@ pub(crate) fn zero_outside(
             push(at[d].clone().lt(Expr::i(xs[d] as i64)));
         }
     }
-    let load_x = Expr::load(Src::Buf(x), at);
     match guard {
-        Some(c) => Expr::select(c, load_x, Expr::c(DType::F32, 0.0)),
-        None => load_x,
+        Some(c) => Expr::select(c, value, Expr::c(DType::F32, 0.0)),
+        None => value,
     }
 }
 
@@ -385,6 +438,37 @@ mod tests {
         let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
         assert_eq!(a, b);
         assert_eq!(b, [2.0 + 2.0, -0.5 + 6.0 - 4.0, 1.0 + 1.0]);
+    }
+
+    #[test]
+    fn what_a_contraction_computes_of_its_input_alone_is_computed_once() {
+        // y[i] = sum_r (x[i] * x[i] + 1) w[r]: no guard, the square once per element of x.
+        let mut p = strided(1, 5);
+        if let BufKind::Stage(st) = &mut p.bufs[2].kind {
+            let x = Expr::load(Src::Buf(BufId::new(0)), vec![Expr::var(0)]);
+            let fx = Expr::bin(BinOp::Mul, x.clone(), x).add(Expr::c(DType::F32, 1.0));
+            let w = Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]);
+            st.body = Expr::bin(BinOp::Mul, w, fx);
+        }
+        let mut q = p.clone();
+        pad_windows(&mut q);
+        assert_eq!(q.bufs.len(), 4);
+        assert_eq!(q.bufs[2].ty.shape, vec![5]);
+        let x = Tensor::from_f32(&[5], &[1.0, -2.0, 3.0, 4.0, 0.5]);
+        let w = Tensor::from_f32(&[3], &[0.25, 2.0, -1.0]);
+        let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
+        assert_eq!(a, b);
+        assert_eq!(b[1], 5.0 * 1.25);
+        // A bare load without a guard or a step is left as it is.
+        let mut p = strided(1, 5);
+        if let BufKind::Stage(st) = &mut p.bufs[2].kind {
+            let x = Expr::load(Src::Buf(BufId::new(0)), vec![Expr::var(0)]);
+            let w = Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]);
+            st.body = Expr::bin(BinOp::Mul, x, w);
+        }
+        let mut q = p.clone();
+        pad_windows(&mut q);
+        assert_eq!(q.bufs.len(), 3);
     }
 
     #[test]

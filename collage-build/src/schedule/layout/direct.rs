@@ -148,7 +148,13 @@ fn direct(
     let padded = guarded.then(|| Stage {
         name: format!("{}_padded", ast.name),
         ty: TensorType::new(DType::F32, pshape.clone()),
-        body: crate::te::pad::zero_outside(*xb, xs, at, &low, &high),
+        body: crate::te::pad::zero_outside(
+            Expr::load(Src::Buf(*xb), at.clone()),
+            &at,
+            xs,
+            &low,
+            &high,
+        ),
         reduce: None,
         materialize: true,
         part: ast.part,
