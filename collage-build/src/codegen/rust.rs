@@ -332,7 +332,12 @@ pub fn emit_ranged(c: &Compiled, r: &crate::te::Ranged, weights_file: &str) -> S
                     Literal::i64_unsuffixed(s.b),
                     Literal::i64_unsuffixed(s.c),
                 );
-                quote!(::collage::runtime::ranged_dim(d, #a, #b, #c))
+                if (s.m, s.k) == (1, 0) {
+                    quote!(::collage::runtime::ranged_dim(d, #a, #b, #c))
+                } else {
+                    let (m, k) = (Literal::i64_unsuffixed(s.m), Literal::i64_unsuffixed(s.k));
+                    quote!((#m * ::collage::runtime::ranged_dim(d, #a, #b, #c) as i64 + #k).max(0) as usize)
+                }
             }
             None => {
                 let n = Literal::usize_unsuffixed(r.int_at(e, r.lo) as usize);
@@ -352,7 +357,7 @@ pub fn emit_ranged(c: &Compiled, r: &crate::te::Ranged, weights_file: &str) -> S
         .map(|&b| Literal::usize_unsuffixed(r.shapes[b.index()].len()))
         .collect();
     // The size: the first input axis that is the dimension itself.
-    let unit = crate::te::Sym { a: 1, b: 0, c: 1 };
+    let unit = crate::te::Sym::affine(1, 0);
     let (src_input, src_axis) = model_inputs
         .iter()
         .enumerate()

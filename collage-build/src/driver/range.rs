@@ -87,25 +87,37 @@ pub struct CompiledRanged {
     pub ranged: Ranged,
 }
 
+/// The rewrites a ranged program is tried with: each must take the same form at every size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rewrites {
+    /// 3x3 convolutions as Winograd (`passes::winograd::run_any_size`).
+    winograd: bool,
+    /// Windows read padded copies of their inputs ([`crate::schedule::pad::pad_windows`]).
+    pad: bool,
+}
+
 /// The graph and program of `model` with `range.dim` bound to `size`.
 fn lower_at(
     model: &Path,
     opts: &Options,
     range: &DimRange,
     size: usize,
-    pad: bool,
+    rw: Rewrites,
 ) -> Result<(Graph, Program)> {
     let bindings = opts.bindings.clone().dim(range.dim.clone(), size);
     let mut g = onnx::load_with(model, &bindings)?;
     g.limits = opts.limits();
-    crate::passes::run(&mut g, &crate::passes::pipeline_for(false))?;
+    crate::passes::run(&mut g, &crate::passes::pipeline_ranged(rw.winograd))?;
     let mut p = codegen::lower_graph_as(&g, &|_| (1, None), true)?;
     te::fuse(&mut p);
-    if pad {
-        te::pad_windows(&mut p);
+    if rw.pad {
+        crate::schedule::pad::pad_windows(&mut p);
     }
     Ok((g, p))
 }
+
+/// Rounds of samples added where the samples so far leave an integer's function open.
+const MORE_SAMPLE_ROUNDS: usize = 6;
 
 /// Compiles `model` (its other symbolic dimensions bound by `opts.bindings`) over `range`.
 pub fn compile_ranged(
@@ -114,28 +126,48 @@ pub fn compile_ranged(
     range: &DimRange,
     symbol: &str,
 ) -> Result<CompiledRanged> {
-    // Windows read padded copies of their inputs where every size agrees on them (then their
-    // contractions vectorise along the row), else their guarded inputs.
-    match ranged_program(model, opts, range, true) {
-        Ok(r) => Ok(r),
-        Err(_) => ranged_program(model, opts, range, false),
+    // Winograd convolutions, and windows that read padded copies of their inputs (then their
+    // contractions vectorise along the row), where every size agrees on them; else without
+    // the one, then the other (the last error is the plain program's).
+    let mut tries = vec![
+        Rewrites {
+            winograd: !opts.no_winograd,
+            pad: true,
+        },
+        Rewrites {
+            winograd: false,
+            pad: true,
+        },
+        Rewrites {
+            winograd: false,
+            pad: false,
+        },
+    ];
+    tries.dedup();
+    let last = tries.len() - 1;
+    for (k, rw) in tries.into_iter().enumerate() {
+        match ranged_program(model, opts, range, rw) {
+            Ok((graph, r)) => return emit(graph, r, range, symbol),
+            Err(e) if k == last => return Err(e),
+            Err(_) => {}
+        }
     }
-    .and_then(|(graph, r)| emit(graph, r, range, symbol))
+    unreachable!("the last try returns")
 }
 
-/// The graph of `model` and its program over `range` (windows reading padded inputs if
-/// `pad`), verified and finished.
+/// The graph of `model` and its program over `range` under the rewrites `rw`, verified and
+/// finished.
 fn ranged_program(
     model: &Path,
     opts: &Options,
     range: &DimRange,
-    pad: bool,
+    rw: Rewrites,
 ) -> Result<(Graph, Ranged)> {
     let (sizes, check) = range.samples();
     let mut samples = Vec::with_capacity(sizes.len());
     let mut graph = None;
     for &s in &sizes {
-        let (g, p) = lower_at(model, opts, range, s, pad)?;
+        let (g, p) = lower_at(model, opts, range, s, rw)?;
         graph.get_or_insert(g);
         samples.push((s, p));
     }
@@ -148,14 +180,33 @@ fn ranged_program(
         ),
     };
     let mut r = Ranged::from_samples(&range.dim, range.lo, range.hi, &samples).map_err(fail)?;
+    // Where the samples leave an integer's function open (the constant term of a floor), a
+    // sample where the candidates differ decides; a few rounds, then an error rather than a
+    // guess.
+    for _ in 0..MORE_SAMPLE_ROUNDS {
+        if r.wanted.is_empty() {
+            break;
+        }
+        for &d in r.wanted.iter().take(6) {
+            let (_, p) = lower_at(model, opts, range, d, rw)?;
+            samples.push((d, p));
+        }
+        r = Ranged::from_samples(&range.dim, range.lo, range.hi, &samples).map_err(fail)?;
+    }
+    if let Some(&d) = r.wanted.first() {
+        return Err(fail(format!(
+            "after {} samples, some integer of the program is still more than one function of the size (they differ at {d})",
+            samples.len()
+        )));
+    }
     drop(samples);
     if let Some(d) = check {
-        let (_, p) = lower_at(model, opts, range, d, pad)?;
+        let (_, p) = lower_at(model, opts, range, d, rw)?;
         r.verify(d, &p).map_err(fail)?;
     }
     // Below 2 the program is the same formula; the model must agree on its signature.
     for d in range.lo..range.lo.max(2) {
-        let (_, p) = lower_at(model, opts, range, d, pad)?;
+        let (_, p) = lower_at(model, opts, range, d, rw)?;
         let io = |q: &Program, ids: &[BufId], ranged: bool| -> Vec<Vec<usize>> {
             ids.iter()
                 .map(|&b| {

@@ -305,7 +305,7 @@ impl RangedModel {
                 format!("the model takes {} inputs, got {}", ids.len(), inputs.len()),
             ));
         }
-        let unit = crate::te::Sym { a: 1, b: 0, c: 1 };
+        let unit = crate::te::Sym::affine(1, 0);
         let d = ids
             .iter()
             .zip(inputs)

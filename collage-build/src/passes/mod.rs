@@ -37,10 +37,22 @@ pub const PIPELINE: &[Pass] = &[
 /// `c` runs its node): `driver::pipeline` turns it on where the generated code comes first
 /// for convolutions.
 pub fn pipeline_for(winograd: bool) -> Vec<Pass> {
+    with_winograd(winograd.then_some(winograd::run))
+}
+
+/// The pipeline of a model served over a range of sizes (`Build::dim_range`): [`PIPELINE`], with
+/// Winograd convolutions where `winograd`, chosen by their channels alone (one choice at every
+/// size of the range).
+pub fn pipeline_ranged(winograd: bool) -> Vec<Pass> {
+    with_winograd(winograd.then_some(winograd::run_any_size))
+}
+
+/// [`PIPELINE`] with the Winograd rewrite `pass` before `dce`, if any.
+fn with_winograd(pass: Option<fn(&mut Graph) -> Result<()>>) -> Vec<Pass> {
     let mut passes = PIPELINE.to_vec();
-    if winograd {
+    if let Some(pass) = pass {
         let at = passes.len() - 1;
-        passes.insert(at, ("winograd", winograd::run));
+        passes.insert(at, ("winograd", pass));
     }
     passes
 }

@@ -27,21 +27,27 @@ pub const MAX_U_BYTES: usize = 8 << 20;
 
 /// Rewrites every eligible `Conv` (module docs), then types the new values.
 pub fn run(g: &mut Graph) -> Result<()> {
-    super::replace_nodes(g, rewrite)
+    super::replace_nodes(g, |g, ni| rewrite(g, ni, MIN_TILES))
+}
+
+/// [`run`] whatever the number of tiles: the choice of a model served over a range of sizes
+/// (`Build::dim_range`), which must be the same at every size of the range.
+pub fn run_any_size(g: &mut Graph) -> Result<()> {
+    super::replace_nodes(g, |g, ni| rewrite(g, ni, 0))
 }
 
 /// The larger tile that has [`MIN_TILES`] tiles in one image of outputs of size `out` and a
 /// transformed kernel of at most [`MAX_U_BYTES`] for `c -> co` channels: F(4x4, 3x3), else
 /// F(2x2, 3x3), else none. Per image, not over the batch: the variants of a model built at
 /// several batch sizes then transform their weights alike and share them.
-fn choose(out: [usize; 2], c: usize, co: usize) -> Option<Tables> {
+fn choose(out: [usize; 2], c: usize, co: usize, min_tiles: usize) -> Option<Tables> {
     [F4, F2].into_iter().find(|f| {
         let tiles = out[0].div_ceil(f.tile) * out[1].div_ceil(f.tile);
-        tiles >= MIN_TILES && f.alpha() * f.alpha() * c * co * 4 <= MAX_U_BYTES
+        tiles >= min_tiles && f.alpha() * f.alpha() * c * co * 4 <= MAX_U_BYTES
     })
 }
 
-fn rewrite(g: &mut Graph, ni: usize) -> Option<Vec<Node>> {
+fn rewrite(g: &mut Graph, ni: usize, min_tiles: usize) -> Option<Vec<Node>> {
     let super::ConstConv {
         name,
         x,
@@ -56,7 +62,7 @@ fn rewrite(g: &mut Graph, ni: usize) -> Option<Vec<Node>> {
     if c < MIN_CHANNELS || co < MIN_CHANNELS {
         return None;
     }
-    let f = choose(out, c, co)?;
+    let f = choose(out, c, co, min_tiles)?;
     let a = f.alpha();
     let wv: Vec<f64> = (0..w.ty.numel()).map(|k| w.get_f64(k)).collect();
     let u = Tensor::from_f64_as(

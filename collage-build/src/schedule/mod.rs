@@ -7,6 +7,7 @@ pub mod bands;
 pub mod group;
 pub mod kernel;
 pub mod layout;
+pub mod pad;
 pub mod plan;
 pub mod rows;
 

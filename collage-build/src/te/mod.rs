@@ -8,7 +8,6 @@ mod backend;
 mod expr;
 mod fuse;
 mod interp;
-pub(crate) mod pad;
 mod plan;
 mod print;
 mod program;
@@ -23,7 +22,6 @@ pub use expr::{
 };
 pub use fuse::fuse;
 pub use interp::{eval_stages, Evaluator};
-pub use pad::pad_windows;
 pub use plan::{
     Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
     PlanChoice, PlanKind, PlanePlan, RowPlan, RowTrips, ScanPlan, Window, WindowPlan,

@@ -20,8 +20,8 @@ use super::{BufId, BufKind, Buffer, Exec, Expr, Program, Reduce, Scalar, Src, St
 use crate::tensor::{strides, DType, Tensor, TensorType};
 use std::sync::Arc;
 
-/// An integer of a program as a function of the run-time size `d`: `floor((a d + b) / c)`,
-/// `c > 0`.
+/// An integer of a program as a function of the run-time size `d`: `m floor((a d + b) / c) + k`,
+/// `c > 0`, `m > 0` (`m = 1`, `k = 0` but for counts of tiles).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sym {
     /// Coefficient of `d`.
@@ -30,39 +30,113 @@ pub struct Sym {
     pub b: i64,
     /// Positive divisor (floor division).
     pub c: i64,
+    /// Positive multiplier of the quotient (a tile's elements).
+    pub m: i64,
+    /// Constant added to the product (a border around whole tiles).
+    pub k: i64,
 }
 
 impl Sym {
+    /// `a d + b`.
+    pub fn affine(a: i64, b: i64) -> Sym {
+        Sym::quotient(a, b, 1)
+    }
+
+    /// `floor((a d + b) / c)`.
+    pub fn quotient(a: i64, b: i64, c: i64) -> Sym {
+        Sym {
+            a,
+            b,
+            c,
+            m: 1,
+            k: 0,
+        }
+    }
+
     /// The value at size `d`.
     pub fn at(self, d: i64) -> i64 {
-        (self.a * d + self.b).div_euclid(self.c)
+        self.m * (self.a * d + self.b).div_euclid(self.c) + self.k
+    }
+
+    /// The points as multiples of `m` plus a remainder `k`, for every divisor `m > 1` of the
+    /// greatest common divisor of their differences: `(m, k, (d, (v - k) / m))`.
+    fn scaled(points: &[(i64, i64)]) -> Vec<(i64, i64, Vec<(i64, i64)>)> {
+        let Some(&(_, v0)) = points.first() else {
+            return Vec::new();
+        };
+        let g = points
+            .iter()
+            .fold(0i64, |g, &(_, v)| gcd(g, (v - v0).abs()));
+        (2..=g.min(1 << 16))
+            .filter(|m| g % m == 0)
+            .map(|m| {
+                let k = v0.rem_euclid(m);
+                (
+                    m,
+                    k,
+                    points.iter().map(|&(d, v)| (d, (v - k) / m)).collect(),
+                )
+            })
+            .collect()
     }
 
     /// The function through every point `(d, value)`: affine if one is (`c = 1`), else with
-    /// the smallest divisor up to 16 that fits (a strided window's output extent). `None` if
-    /// none does.
+    /// the smallest divisor up to 16 that fits (a strided window's output extent), else such a
+    /// quotient times a divisor of the values' differences plus their remainder (a count of
+    /// tiles times a tile's elements, plus a border). `None` if none does. The points may
+    /// leave several such functions ([`Sym::ambiguous_at`]).
     pub fn fit(points: &[(i64, i64)]) -> Option<Sym> {
-        let (&(d0, v0), &(d1, v1)) = (points.first()?, points.last()?);
+        Self::candidates(points).into_iter().next()
+    }
+
+    /// Every function of the form through every point (the divisors up to 16, the slopes
+    /// [`Sym::fit`] tries, every constant term that fits): the points may leave the constant
+    /// term of a floor open (`(w + 1) / 4` and `(w + 2) / 4` agree at 32, 33, 176, 177, 319
+    /// and 320).
+    fn candidates(points: &[(i64, i64)]) -> Vec<Sym> {
+        let mut out = Self::quotient_candidates(points);
+        for (m, k, scaled) in Self::scaled(points) {
+            out.extend(
+                Self::quotient_candidates(&scaled)
+                    .into_iter()
+                    .map(|q| Sym { m, k, ..q }),
+            );
+        }
+        out
+    }
+
+    /// [`Sym::candidates`] of a quotient alone.
+    fn quotient_candidates(points: &[(i64, i64)]) -> Vec<Sym> {
+        let mut out = Vec::new();
+        let (Some(&(d0, v0)), Some(&(d1, v1))) = (points.first(), points.last()) else {
+            return out;
+        };
         if d0 == d1 {
-            return None;
+            return out;
         }
         for c in 1..=16i64 {
-            // The slope within a rounding of the extreme points' (c v) difference.
-            let num = c * (v1 - v0);
-            let den = d1 - d0;
-            let mid = num.div_euclid(den);
+            let mid = (c * (v1 - v0)).div_euclid(d1 - d0);
             for a in [mid, mid + 1, mid - 1] {
-                // c v_i <= a d_i + b < c v_i + c for every point.
-                let lo = points.iter().map(|&(d, v)| c * v - a * d).max()?;
-                let hi = points.iter().map(|&(d, v)| c * v - a * d + c - 1).min()?;
-                if lo <= hi {
-                    let s = Sym { a, b: lo, c };
-                    debug_assert!(points.iter().all(|&(d, v)| s.at(d) == v));
-                    return Some(s);
+                let lo = points.iter().map(|&(d, v)| c * v - a * d).max();
+                let hi = points.iter().map(|&(d, v)| c * v - a * d + c - 1).min();
+                if let (Some(lo), Some(hi)) = (lo, hi) {
+                    out.extend((lo..=hi).map(|b| Sym::quotient(a, b, c)));
                 }
             }
         }
-        None
+        out
+    }
+
+    /// A size in `lo..=hi` at which two functions through the points ([`Sym::candidates`])
+    /// differ: a sample there decides between them. `None` if they are one function over the
+    /// range.
+    pub fn ambiguous_at(points: &[(i64, i64)], lo: i64, hi: i64) -> Option<i64> {
+        let cands = Self::candidates(points);
+        let (first, rest) = cands.split_first()?;
+        (lo..=hi).find(|&d| {
+            let v = first.at(d);
+            rest.iter().any(|s| s.at(d) != v)
+        })
     }
 
     /// As text over the dimension's name: `width`, `4*width - 3`, `(width + 1) / 2`.
@@ -76,10 +150,20 @@ impl Sym {
             (a, b) if b < 0 => format!("{a}*{dim} - {}", -b),
             (a, b) => format!("{a}*{dim} + {b}"),
         };
-        match self.c {
+        let q = match self.c {
             1 => lin,
             c if lin.contains(' ') => format!("({lin}) / {c}"),
             c => format!("{lin} / {c}"),
+        };
+        let q = match self.m {
+            1 => q,
+            m if q.contains(' ') => format!("{m}*({q})"),
+            m => format!("{m}*{q}"),
+        };
+        match self.k {
+            0 => q,
+            k if k < 0 => format!("{q} - {}", -k),
+            k => format!("{q} + {k}"),
         }
     }
 
@@ -89,11 +173,25 @@ impl Sym {
             (a, 0) => format!("{a} * {d}"),
             (a, b) => format!("({a} * {d} + {b})"),
         };
-        if self.c == 1 {
+        let q = if self.c == 1 {
             lin
         } else {
             format!("cl_floordiv_i64({lin}, {})", self.c)
+        };
+        if (self.m, self.k) == (1, 0) {
+            q
+        } else {
+            format!("({} * {q} + {})", self.m, self.k)
         }
+    }
+}
+
+/// The greatest common divisor of `a` and `b` (`gcd(0, b) = b`).
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -122,17 +220,42 @@ pub struct Ranged {
     pub reduces: Vec<Option<Vec<Expr>>>,
     /// Constants whose shape depends on the size (converted by [`Ranged::finish`]).
     dyn_consts: Vec<BufId>,
+    /// Sizes of the range at which the functions that fit some integer at the samples differ:
+    /// until samples there decide, the program is not known to be right at every size.
+    pub wanted: Vec<usize>,
 }
 
 /// Builds the parameters of a program from its samples.
 struct Merger<'a> {
     dim: &'a str,
     sizes: Vec<i64>,
+    /// The range served.
+    lo: i64,
+    hi: i64,
     params: Vec<Sym>,
     param_buf: BufId,
+    /// Sizes at which the functions that fit some integer differ ([`Sym::ambiguous_at`]).
+    wanted: std::collections::BTreeSet<usize>,
+    /// What [`Sym::fit`] and [`Sym::ambiguous_at`] found for each set of points.
+    scanned: std::collections::HashMap<Vec<(i64, i64)>, (Option<Sym>, Option<i64>)>,
 }
 
 impl Merger<'_> {
+    /// [`Sym::fit`], noting a size that decides between the functions that fit where the
+    /// points leave more than one over the range.
+    fn fit(&mut self, points: &[(i64, i64)]) -> Option<Sym> {
+        // Many integers are the same values (strides): each set of points is fitted once.
+        let (lo, hi) = (self.lo, self.hi);
+        let (sym, open) = *self.scanned.entry(points.to_vec()).or_insert_with(|| {
+            let sym = Sym::fit(points);
+            (sym, sym.and_then(|_| Sym::ambiguous_at(points, lo, hi)))
+        });
+        if let Some(d) = open {
+            self.wanted.insert(d as usize);
+        }
+        sym
+    }
+
     /// The parameter expression of `sym` (of type `dtype`).
     fn param(&mut self, sym: Sym, dtype: DType) -> Expr {
         let k = match self.params.iter().position(|&s| s == sym) {
@@ -166,7 +289,7 @@ impl Merger<'_> {
             .copied()
             .zip(values.iter().copied())
             .collect();
-        let sym = Sym::fit(&points).ok_or_else(|| {
+        let sym = self.fit(&points).ok_or_else(|| {
             format!(
                 "{}: its value at the sizes {} of `{}` is {}, not one function floor((a*{} + b) / c) of it",
                 what(),
@@ -186,7 +309,7 @@ impl Merger<'_> {
         let whole = |x: f64| (x.round() - x).abs() <= 1e-6 * x.abs().max(1.0) && x.round() >= 1.0;
         let fit = |m: &mut Self, ns: Vec<i64>| -> Option<Expr> {
             let points: Vec<(i64, i64)> = m.sizes.iter().copied().zip(ns).collect();
-            let sym = Sym::fit(&points)?;
+            let sym = m.fit(&points)?;
             Some(m.param(sym, DType::I64).cast(dtype))
         };
         if values.iter().all(|&x| whole(x)) {
@@ -466,8 +589,12 @@ impl Ranged {
         let mut m = Merger {
             dim,
             sizes: samples.iter().map(|s| s.0 as i64).collect(),
+            lo: lo as i64,
+            hi: hi as i64,
             params: Vec::new(),
             param_buf: BufId::new(n),
+            wanted: Default::default(),
+            scanned: Default::default(),
         };
         let mut program = reference.clone();
         let mut shapes = Vec::with_capacity(n + 1);
@@ -629,6 +756,7 @@ impl Ranged {
             iters,
             reduces,
             dyn_consts,
+            wanted: m.wanted.into_iter().collect(),
         })
     }
 
@@ -866,14 +994,8 @@ mod tests {
         let pts =
             |f: &dyn Fn(i64) -> i64, ds: &[i64]| ds.iter().map(|&d| (d, f(d))).collect::<Vec<_>>();
         let ds = [2, 3, 100, 257, 511, 512];
-        assert_eq!(
-            Sym::fit(&pts(&|d| 64 * d, &ds)),
-            Some(Sym { a: 64, b: 0, c: 1 })
-        );
-        assert_eq!(
-            Sym::fit(&pts(&|d| d - 1, &ds)),
-            Some(Sym { a: 1, b: -1, c: 1 })
-        );
+        assert_eq!(Sym::fit(&pts(&|d| 64 * d, &ds)), Some(Sym::affine(64, 0)));
+        assert_eq!(Sym::fit(&pts(&|d| d - 1, &ds)), Some(Sym::affine(1, -1)));
         // A stride-2 window's output extent, (d + 2 - 3) / 2 + 1.
         let s = Sym::fit(&pts(&|d| (d - 1) / 2 + 1, &ds)).expect("a floor function");
         assert!(ds
@@ -882,9 +1004,38 @@ mod tests {
             .all(|&d| s.at(d) == (d - 1) / 2 + 1));
         // d squared is no such function.
         assert_eq!(Sym::fit(&pts(&|d| d * d, &ds)), None);
-        assert_eq!(Sym { a: 1, b: 0, c: 1 }.text("w"), "w");
-        assert_eq!(Sym { a: 4, b: -3, c: 1 }.text("w"), "4*w - 3");
-        assert_eq!(Sym { a: 1, b: 1, c: 2 }.text("w"), "(w + 1) / 2");
+        // Samples that leave the constant term of a floor open name a size that decides.
+        let six = [320, 319, 177, 176, 33, 32];
+        let mut p = pts(&|d| (d + 1) / 4, &six);
+        assert!(
+            Sym::ambiguous_at(&p, 32, 320).is_some(),
+            "(w + 1) / 4 or (w + 2) / 4"
+        );
+        while let Some(d) = Sym::ambiguous_at(&p, 32, 320) {
+            p.push((d, (d + 1) / 4));
+            p.sort_by_key(|x| std::cmp::Reverse(x.0));
+            assert!(p.len() < 16, "{p:?}");
+        }
+        let s = Sym::fit(&p).unwrap();
+        assert!((32..=320).all(|d| s.at(d) == (d + 1) / 4));
+        // Whole tiles of 4 over a quarter of the width, plus a border of 2 (a Winograd
+        // input's width): decided with the samples the ambiguity asks for.
+        let f = |d: i64| 4 * (((d + 1) / 4 + 3) / 4) + 2;
+        let mut p = pts(&f, &six);
+        while let Some(d) = Sym::ambiguous_at(&p, 32, 320) {
+            p.push((d, f(d)));
+            p.sort_by_key(|x| std::cmp::Reverse(x.0));
+            assert!(p.len() < 16, "{p:?}");
+        }
+        let s = Sym::fit(&p).unwrap();
+        assert!((32..=320).all(|d| s.at(d) == f(d)), "{s:?} {p:?}");
+        assert_eq!((s.m, s.k), (4, 2));
+        assert_eq!(s.text("w"), "4*((w + 13) / 16) + 2");
+        // An affine integer is one function.
+        assert_eq!(Sym::ambiguous_at(&pts(&|d| 64 * d, &ds), 1, 4096), None);
+        assert_eq!(Sym::affine(1, 0).text("w"), "w");
+        assert_eq!(Sym::affine(4, -3).text("w"), "4*w - 3");
+        assert_eq!(Sym::quotient(1, 1, 2).text("w"), "(w + 1) / 2");
     }
 
     /// A program at size `n`: `y[i, j] = x[i, j] * k(n)` over `x: f32[n, 3]`, then the sum of
@@ -942,7 +1093,7 @@ mod tests {
             .map(|&n| (n, program(n, &mean)))
             .collect();
         let r = Ranged::from_samples("n", 2, 9, &samples).expect("ranged");
-        assert_eq!(r.params, vec![Sym { a: 1, b: 0, c: 1 }]);
+        assert_eq!(r.params, vec![Sym::affine(1, 0)]);
         assert_eq!(r.shape_at(BufId::new(0), 7), vec![7, 3]);
         assert_eq!(r.shape_at(r.param_buf, 7), vec![1]);
         r.verify(7, &program(7, &mean)).expect("the program at 7");

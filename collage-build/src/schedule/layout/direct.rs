@@ -119,7 +119,7 @@ fn direct(
     // `xi[d] < xs[d]`; a side without one must hold over the im2col's whole domain.
     let n = xs.len();
     let (has_lo, has_hi) = match cond {
-        Some(cnd) => crate::te::pad::bound_sides(cnd, xi, xs)?,
+        Some(cnd) => crate::schedule::pad::bound_sides(cnd, xi, xs)?,
         None => (vec![false; n], vec![false; n]),
     };
     let domain: Vec<Interval> = ast.ty.shape.iter().map(|&e| Interval::upto(e)).collect();
@@ -148,7 +148,7 @@ fn direct(
     let padded = guarded.then(|| Stage {
         name: format!("{}_padded", ast.name),
         ty: TensorType::new(DType::F32, pshape.clone()),
-        body: crate::te::pad::zero_outside(
+        body: crate::schedule::pad::zero_outside(
             Expr::load(Src::Buf(*xb), at.clone()),
             &at,
             xs,

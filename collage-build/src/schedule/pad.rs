@@ -14,10 +14,10 @@
 //! reads, `hardswish(x[idx]) * w`) goes into the copy too: computed once per input element
 //! instead of once per output channel, and the contraction is left a plain sum of products.
 //! A row that steps over the input (a strided window) reads a copy stored by phase.
-use super::{BinOp, BufId, BufKind, Buffer, Exec, Expr, Program, RedOp, Src, Stage};
 use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{DType, TensorType};
 use crate::schedule::analysis::{coef, conjuncts, uses_var};
+use crate::te::{BinOp, BufId, BufKind, Buffer, Exec, Expr, Program, RedOp, Src, Stage};
 
 /// The most elements of padding per side of a dimension: a window's reach, not a size.
 const MAX_PAD: i64 = 64;
@@ -34,7 +34,7 @@ pub fn pad_windows(p: &mut Program) {
             g += 1;
             if let BufKind::Stage(st) = &mut p.bufs[g].kind {
                 st.body = body(BufId::new(g - 1));
-                super::simplify_stage(st);
+                crate::te::simplify_stage(st);
             }
         }
         g += 1;
@@ -397,21 +397,27 @@ mod tests {
         p
     }
 
-    #[test]
-    fn a_guarded_window_reads_its_padded_input() {
-        let p = window();
+    /// `p` rewritten, with its copy's shape, and the output of the rewritten program on fixed
+    /// data, checked equal to the original's.
+    fn padded(p: &Program) -> (Program, Vec<usize>, Vec<f32>) {
         let mut q = p.clone();
         pad_windows(&mut q);
         assert_eq!(q.bufs.len(), 4);
-        assert_eq!(q.bufs[2].ty.shape, vec![7]);
         assert_eq!(q.outputs, vec![BufId::new(3)]);
         let y = q.stage(BufId::new(3)).unwrap();
         assert!(!matches!(y.body, Expr::Select(..)), "{:?}", y.body);
-        // The same values as the guarded window.
         let x = Tensor::from_f32(&[5], &[1.0, -2.0, 3.0, 4.0, 0.5]);
         let w = Tensor::from_f32(&[3], &[0.25, 2.0, -1.0]);
-        let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
+        let (a, b) = (run(p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
         assert_eq!(a, b);
+        let shape = q.bufs[2].ty.shape.clone();
+        (q, shape, b)
+    }
+
+    #[test]
+    fn a_guarded_window_reads_its_padded_input() {
+        let (_, shape, b) = padded(&window());
+        assert_eq!(shape, vec![7]);
         assert_eq!(
             b,
             [
@@ -426,17 +432,9 @@ mod tests {
 
     #[test]
     fn a_strided_window_reads_its_input_split_by_phase() {
-        let p = strided(2, 3);
-        let mut q = p.clone();
-        pad_windows(&mut q);
         // x padded to 7, stored as 2 phases of 4.
-        assert_eq!(q.bufs[2].ty.shape, vec![2, 4]);
-        let y = q.stage(BufId::new(3)).unwrap();
-        assert!(!matches!(y.body, Expr::Select(..)), "{:?}", y.body);
-        let x = Tensor::from_f32(&[5], &[1.0, -2.0, 3.0, 4.0, 0.5]);
-        let w = Tensor::from_f32(&[3], &[0.25, 2.0, -1.0]);
-        let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
-        assert_eq!(a, b);
+        let (_, shape, b) = padded(&strided(2, 3));
+        assert_eq!(shape, vec![2, 4]);
         assert_eq!(b, [2.0 + 2.0, -0.5 + 6.0 - 4.0, 1.0 + 1.0]);
     }
 
@@ -450,14 +448,8 @@ mod tests {
             let w = Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]);
             st.body = Expr::bin(BinOp::Mul, w, fx);
         }
-        let mut q = p.clone();
-        pad_windows(&mut q);
-        assert_eq!(q.bufs.len(), 4);
-        assert_eq!(q.bufs[2].ty.shape, vec![5]);
-        let x = Tensor::from_f32(&[5], &[1.0, -2.0, 3.0, 4.0, 0.5]);
-        let w = Tensor::from_f32(&[3], &[0.25, 2.0, -1.0]);
-        let (a, b) = (run(&p, &[x.clone(), w.clone()]), run(&q, &[x, w]));
-        assert_eq!(a, b);
+        let (_, shape, b) = padded(&p);
+        assert_eq!(shape, vec![5]);
         assert_eq!(b[1], 5.0 * 1.25);
         // A bare load without a guard or a step is left as it is.
         let mut p = strided(1, 5);
