@@ -144,9 +144,11 @@ pub fn compile_ranged(
         },
     ];
     tries.dedup();
+    // An error importing or lowering the model is the same under every rewrite: only the
+    // samples' disagreement tries the next.
     let last = tries.len() - 1;
     for (k, rw) in tries.into_iter().enumerate() {
-        match ranged_program(model, opts, range, rw) {
+        match ranged_program(model, opts, range, rw)? {
             Ok((graph, r)) => return emit(graph, r, range, symbol),
             Err(e) if k == last => return Err(e),
             Err(_) => {}
@@ -155,14 +157,13 @@ pub fn compile_ranged(
     unreachable!("the last try returns")
 }
 
+/// What a try at a ranged program gives: the graph and the program, or why the samples do not
+/// make one program (the outer error is the model's own: importing or lowering it).
+type Attempt = Result<Result<(Graph, Ranged)>>;
+
 /// The graph of `model` and its program over `range` under the rewrites `rw`, verified and
 /// finished.
-fn ranged_program(
-    model: &Path,
-    opts: &Options,
-    range: &DimRange,
-    rw: Rewrites,
-) -> Result<(Graph, Ranged)> {
+fn ranged_program(model: &Path, opts: &Options, range: &DimRange, rw: Rewrites) -> Attempt {
     let (sizes, check) = range.samples();
     let mut samples = Vec::with_capacity(sizes.len());
     let mut graph = None;
@@ -172,14 +173,14 @@ fn ranged_program(
         samples.push((s, p));
     }
     let graph = graph.expect("a range has sizes");
-    let fail = |detail: String| Error::Model {
-        model: graph.name.clone(),
-        detail: format!(
-            "served over {}..={} of `{}`: {detail}",
-            range.lo, range.hi, range.dim
-        ),
+    let fail = |detail: String| range_error(&graph, range, detail);
+    let merged = |samples: &[(usize, Program)]| {
+        Ranged::from_samples(&range.dim, range.lo, range.hi, samples).map_err(fail)
     };
-    let mut r = Ranged::from_samples(&range.dim, range.lo, range.hi, &samples).map_err(fail)?;
+    let mut r = match merged(&samples) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
     // Where the samples leave an integer's function open (the constant term of a floor), a
     // sample where the candidates differ decides; a few rounds, then an error rather than a
     // guess.
@@ -191,18 +192,23 @@ fn ranged_program(
             let (_, p) = lower_at(model, opts, range, d, rw)?;
             samples.push((d, p));
         }
-        r = Ranged::from_samples(&range.dim, range.lo, range.hi, &samples).map_err(fail)?;
+        r = match merged(&samples) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
     }
     if let Some(&d) = r.wanted.first() {
-        return Err(fail(format!(
+        return Ok(Err(fail(format!(
             "after {} samples, some integer of the program is still more than one function of the size (they differ at {d})",
             samples.len()
-        )));
+        ))));
     }
     drop(samples);
     if let Some(d) = check {
         let (_, p) = lower_at(model, opts, range, d, rw)?;
-        r.verify(d, &p).map_err(fail)?;
+        if let Err(e) = r.verify(d, &p) {
+            return Ok(Err(fail(e)));
+        }
     }
     // Below 2 the program is the same formula; the model must agree on its signature.
     for d in range.lo..range.lo.max(2) {
@@ -222,24 +228,29 @@ fn ranged_program(
         if io(&p, &p.inputs, false) != io(&r.program, &r.program.inputs[..n_in], true)
             || io(&p, &p.outputs, false) != io(&r.program, &r.program.outputs, true)
         {
-            return Err(fail(format!(
+            return Ok(Err(fail(format!(
                 "at size {d} the model's inputs or outputs have other shapes than at the other sizes (a Squeeze of the dimension?); serve the range from 2"
-            )));
+            ))));
         }
     }
     r.finish();
-    Ok((graph, r))
+    Ok(Ok((graph, r)))
 }
 
-/// The C and the rest of a build of `r`.
-fn emit(graph: Graph, r: Ranged, range: &DimRange, symbol: &str) -> Result<CompiledRanged> {
-    let fail = |detail: String| Error::Model {
+/// The error of `graph` served over `range`: what `detail` says.
+fn range_error(graph: &Graph, range: &DimRange, detail: String) -> Error {
+    Error::Model {
         model: graph.name.clone(),
         detail: format!(
             "served over {}..={} of `{}`: {detail}",
             range.lo, range.hi, range.dim
         ),
-    };
+    }
+}
+
+/// The C and the rest of a build of `r`.
+fn emit(graph: Graph, r: Ranged, range: &DimRange, symbol: &str) -> Result<CompiledRanged> {
+    let fail = |detail: String| range_error(&graph, range, detail);
     let p = &r.program;
     let (locs, weights, arena_size) = codegen::locate(p);
     if arena_size > graph.limits.max_bytes {

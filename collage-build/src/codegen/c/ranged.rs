@@ -117,9 +117,10 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
             .as_ref()
             .and_then(|_| crate::schedule::plan::default_gemm(p, st, isa, cpu))
         {
-            let local = |e: &Expr, name: String| match e {
-                Expr::Const(s) => Ext::Lit(s.as_i64() as usize),
-                _ => Ext::Run(name),
+            // In the kernel, a run-time extent is its local.
+            let local = |e: &Expr, name: String| match run_ext(e) {
+                Ext::Run(_) => Ext::Run(name),
+                lit => lit,
             };
             let jk = gp.jam.map(|j| j.0);
             let offset = |j: usize, skip: bool| {
@@ -361,14 +362,13 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
         // The outer trips at run time; threads where the largest size has the work.
         let outer: Vec<String> = shape[..rank.saturating_sub(1)]
             .iter()
-            .map(|e| format!("({})", em.expr(e)))
+            .map(|e| run_ext(e).to_string())
             .collect();
         let n_outer = if outer.is_empty() {
             "1".to_string()
         } else {
             outer.join(" * ")
         };
-        let n_outer = if rank > 1 { n_outer } else { "1".into() };
         calls.push(task_call(&n_outer, work, &run_work, id, suffix));
         calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"));
     }
