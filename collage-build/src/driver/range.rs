@@ -112,6 +112,8 @@ fn lower_at(
     te::fuse(&mut p);
     if rw.pad {
         crate::schedule::pad::pad_windows(&mut p);
+        // Unguarded now, convolutions vectorise along their output channels.
+        crate::schedule::layout::ranged_channel_weights(&mut p);
     }
     Ok((g, p))
 }

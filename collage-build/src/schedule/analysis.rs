@@ -240,10 +240,36 @@ pub(crate) const MAX_CHANNEL_ROW: usize = 256;
 /// to `w'[r, channel]` (`schedule::layout`) and the register tile spans channels; the row is
 /// jammed.
 pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
-    let r = generated_f32_sum(st)?;
+    channel_axis_in(p, st, false)
+}
+
+/// [`channel_axis`] in a program served over a range of sizes (`te::Ranged`, or one of its
+/// samples): a convolution lowered for every size alike (`LowerCx::uniform`) keeps its output
+/// `[n, m, oh, ow]` and sums over its input channels and window (several reduction
+/// variables). Its row is one line of the image, a few columns however large the range, so
+/// no row is too long here; the channels are the dimension its weight is read along.
+pub(crate) fn ranged_channel_axis(p: &Program, st: &Stage) -> Option<usize> {
+    channel_axis_in(p, st, true)
+}
+
+/// [`channel_axis`], or [`ranged_channel_axis`] when `ranged`.
+fn channel_axis_in(p: &Program, st: &Stage, ranged: bool) -> Option<usize> {
+    let r = st.reduce.as_ref()?;
+    if ranged {
+        let ok = r.op == RedOp::Sum
+            && st.exec == Exec::Generated
+            && st.ty.dtype == DType::F32
+            && st.ty.rank() >= 2
+            && !r.extents.is_empty();
+        if !ok {
+            return None;
+        }
+    } else {
+        generated_f32_sum(st)?;
+    }
     let shape = &st.ty.shape;
     let rank = shape.len();
-    let (n, c) = (shape[rank - 1], rank - 2);
+    let n = shape[rank - 1];
     // A long row too when the input is not affine along it (a convolution reading its padded
     // input directly, codegen/c/direct.rs): no plan vectorises along such a row.
     let affine_row = |e: &Expr| {
@@ -255,33 +281,42 @@ pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
         });
         ok
     };
-    if (n >= MAX_CHANNEL_ROW && affine_row(&st.body))
-        || !(shape[c].is_multiple_of(CHANNEL_LANES)
-            || shape[c].is_multiple_of(NARROW_TILE)
-            || shape[c] == NARROW_VECTOR)
-    {
+    if !ranged && n >= MAX_CHANNEL_ROW && affine_row(&st.body) {
         return None;
     }
     let Expr::Bin(BinOp::Mul, a, b) = &st.body else {
         return None;
     };
-    let weight = |e: &Expr| {
-        channel_weight(p, e, c as u32, shape[c], &r.extents).is_some()
-            || matches!(e, Expr::Load(Src::Buf(w), idx)
+    let k: usize = r.extents.iter().product();
+    let fits = |c: usize| {
+        if !(shape[c].is_multiple_of(CHANNEL_LANES)
+            || shape[c].is_multiple_of(NARROW_TILE)
+            || shape[c] == NARROW_VECTOR)
+        {
+            return false;
+        }
+        let weight = |e: &Expr| {
+            channel_weight(p, e, c as u32, shape[c], &r.extents).is_some()
+                || matches!(e, Expr::Load(Src::Buf(w), idx)
                 if matches!(p.bufs[w.index()].kind, BufKind::Const(_))
                     && p.bufs[w.index()].ty.rank() == 2
                     && p.bufs[w.index()].ty.shape[1] == shape[c]
                     && idx[1] == Expr::Var(c as u32)
                     && !has_var(&idx[0]))
+        };
+        let ok = (weight(a) && !uses_var(b, c as u32)) || (weight(b) && !uses_var(a, c as u32));
+        let fin_ok = r
+            .finalize
+            .as_ref()
+            .is_none_or(|f| vectorizable(p, f, c as u32))
+            || k >= 512;
+        ok && fin_ok
     };
-    let ok = (weight(a) && !uses_var(b, c as u32)) || (weight(b) && !uses_var(a, c as u32));
-    let k: usize = r.extents.iter().product();
-    let fin_ok = r
-        .finalize
-        .as_ref()
-        .is_none_or(|f| vectorizable(p, f, c as u32))
-        || k >= 512;
-    (ok && fin_ok).then_some(c)
+    if ranged {
+        (0..rank - 1).find(|&c| fits(c))
+    } else {
+        fits(rank - 2).then_some(rank - 2)
+    }
 }
 
 /// The reduction of a generated f32 sum over one reduction variable with an output of rank 2

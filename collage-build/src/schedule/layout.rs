@@ -7,7 +7,7 @@
 mod direct;
 
 use crate::ir::DType;
-use crate::schedule::analysis::{channel_axis, channel_weight, uses_var};
+use crate::schedule::analysis::{channel_axis, channel_weight, ranged_channel_axis, uses_var};
 use crate::te::{BufId, BufKind, Exec, Expr, Program, RedOp, Src, PANEL};
 
 /// Stores constant operands of contraction stages in column panels when every read of them walks
@@ -154,6 +154,23 @@ fn transposed(t: &crate::ir::Tensor, rows: usize, cols: usize) -> crate::ir::Ten
 /// other stage (or another expression) reads stays as it is, and its readers vectorise along
 /// their rows.
 fn channel_weights(p: &mut Program) {
+    transpose_channel_weights(p, channel_axis, true);
+}
+
+/// [`channel_weights`] of a program served over a range of sizes, each of its samples alike
+/// ([`ranged_channel_axis`]): the transposed weights stay row-major (a ranged program lays
+/// out no panels).
+pub fn ranged_channel_weights(p: &mut Program) {
+    transpose_channel_weights(p, ranged_channel_axis, false);
+}
+
+/// Transposes the weights of the stages whose channel axis `axis` gives, in column panels when
+/// `panels`.
+fn transpose_channel_weights(
+    p: &mut Program,
+    axis: fn(&Program, &crate::te::Stage) -> Option<usize>,
+    panels: bool,
+) {
     // Per constant: its channels and row length, while every read of it is a channel weight of
     // that shape.
     let mut ok: Vec<Option<Option<(usize, usize)>>> = vec![None; p.bufs.len()];
@@ -161,7 +178,7 @@ fn channel_weights(p: &mut Program) {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
-        let c = channel_axis(p, st);
+        let c = axis(p, st);
         let extents = st.reduce.as_ref().map_or(&[][..], |r| &r.extents);
         // Only the body's reads are weights; a constant the epilogue reads (a bias) stays.
         let mut visit = |e: &Expr, in_body: bool| {
@@ -200,7 +217,7 @@ fn channel_weights(p: &mut Program) {
         let BufKind::Stage(st) = &b.kind else {
             continue;
         };
-        let Some(c) = channel_axis(p, st) else {
+        let Some(c) = axis(p, st) else {
             continue;
         };
         let ch = st.ty.shape[c];
@@ -239,6 +256,6 @@ fn channel_weights(p: &mut Program) {
         buf.ty = tt.ty.clone();
         buf.kind = BufKind::Const(std::sync::Arc::new(tt));
         // In column panels: a tile's block of `kc` rows is one contiguous stream.
-        buf.packed = true;
+        buf.packed = panels;
     }
 }

@@ -16,7 +16,7 @@
 //! A row that steps over the input (a strided window) reads a copy stored by phase.
 use crate::fusion::tile::{bounds, Interval};
 use crate::ir::{DType, TensorType};
-use crate::schedule::analysis::{coef, conjuncts, uses_var};
+use crate::schedule::analysis::{coef, conjuncts, ranged_channel_axis, uses_var};
 use crate::te::{BinOp, BufId, BufKind, Buffer, Exec, Expr, Program, RedOp, Src, Stage};
 
 /// The most elements of padding per side of a dimension: a window's reach, not a size.
@@ -111,16 +111,28 @@ fn padded_factor(
         Some(c) => bound_sides(c, xi, xs)?,
         None => (vec![false; n], vec![false; n]),
     };
-    // Only where the rewrite lets the contraction vectorise: its row walks the input's last
-    // dimension with a small constant step (a step above one reads a copy split by phase).
+    // Only where the rewrite lets the contraction vectorise: along its channels, unguarded
+    // (`ranged_channel_axis`: every input value a broadcast, whatever the row's step), or
+    // along a row that walks the input's last dimension with a small constant step (a step
+    // above one reads a copy split by phase).
+    let probe = Stage {
+        body: if x_first {
+            Expr::bin(BinOp::Mul, fx.clone(), w.clone())
+        } else {
+            Expr::bin(BinOp::Mul, w.clone(), fx.clone())
+        },
+        ..st.clone()
+    };
+    let channel = ranged_channel_axis(p, &probe).is_some();
     let row = st.ty.shape.len().checked_sub(1)? as u32;
     let step = coef(&xi[n - 1], row)?;
-    if xi[..n - 1].iter().any(|e| uses_var(e, row)) || !(1..=MAX_STEP).contains(&step) {
+    if !channel && (xi[..n - 1].iter().any(|e| uses_var(e, row)) || !(1..=MAX_STEP).contains(&step))
+    {
         return None;
     }
-    // Unguarded, a copy of a bare load with unit step would change nothing.
+    // Unguarded, a copy of a bare load would change nothing but the phase.
     let bare = matches!(fx, Expr::Load(..));
-    if cond.is_none() && bare && step == 1 {
+    if cond.is_none() && bare && (step == 1 || channel) {
         return None;
     }
     let mut lo = vec![0i64; n];
@@ -142,7 +154,7 @@ fn padded_factor(
     // `xp[y] = x[y + lo]` inside `x`, else 0; with a step `s` along the row, its last
     // dimension `s q + f` stored at `[f, q]` (phase `f` first), so that the row reads
     // consecutive `q`.
-    let s = step as usize;
+    let s = if channel { 1 } else { step as usize };
     let mut at: Vec<Expr> = (0..n).map(|d| Expr::var(d).add(Expr::i(lo[d]))).collect();
     let mut store_shape = pshape.clone();
     if s > 1 {

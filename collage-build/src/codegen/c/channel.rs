@@ -15,32 +15,80 @@
 //! columns left over, and epilogues that do not vectorise, store one float at a time.
 use super::{
     jam_expr, jammed_offset, transpose_in_registers, vector_expr, vector_expr_acc, vectorizable,
-    CWriter, Emitter,
+    CWriter, Emitter, Ext,
 };
 use crate::ir::strides;
 use crate::te::{BufId, ChannelPlan, Stage};
+
+/// The extents a channel-vectorised stage's C is written over (as [`super::GemmExtents`]):
+/// the stage's own (literals), or a ranged program's run-time ones.
+pub(super) struct ChannelExtents<'a> {
+    /// Every output dimension's extent.
+    pub dims: Vec<Ext>,
+    /// Every reduction extent.
+    pub reduce: Vec<Ext>,
+    /// The C offset of the output element at the stage's variables, without the channel's
+    /// term when the flag is set (the caller adds the channel times [`Self::c_stride`]).
+    pub offset: &'a dyn Fn(bool) -> String,
+    /// The channel dimension's stride in the output.
+    pub c_stride: Ext,
+    /// Whether the row's stride in the output is one.
+    pub row_unit: bool,
+}
 
 impl ChannelPlan {
     pub(super) fn emit(&self, out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage) {
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
+        let st_strides = strides(shape);
+        let offset =
+            |skip: bool| jammed_offset(shape, &st_strides, usize::MAX, 0, skip.then_some(self.c));
+        let x = ChannelExtents {
+            dims: shape.iter().map(|&n| Ext::Lit(n)).collect(),
+            reduce: r.extents.iter().map(|&n| Ext::Lit(n)).collect(),
+            offset: &offset,
+            c_stride: Ext::Lit(st_strides[self.c]),
+            row_unit: st_strides[self.row] == 1,
+        };
+        self.emit_over(out, em, id, st, &x);
+    }
+
+    /// The stage's C over extents `x`.
+    pub(super) fn emit_over(
+        &self,
+        out: &mut CWriter,
+        em: &Emitter,
+        id: BufId,
+        st: &Stage,
+        x: &ChannelExtents,
+    ) {
+        let r = st.reduce.as_ref().expect("a reduction");
+        let rank = st.ty.shape.len();
         let (c, row, w, nv) = (self.c, self.row, self.lanes, self.vecs);
         let tw = w * nv;
-        let n = shape[row];
-        let k = r.extents[0];
+        let n = &x.dims[row];
+        let k = &x.reduce[0];
         let vt = format!("cl_f32x{w}");
-        let st_strides = strides(shape);
         let s = out;
+        // The column groups: a literal, or as many as the run-time row needs.
+        let n_groups = match n {
+            Ext::Lit(_) => Ext::Lit(self.n_groups),
+            run => run.ceil_div(self.group),
+        };
+        let groups_tiles = match &n_groups {
+            Ext::Lit(g) => Ext::Lit(g * self.n_tiles),
+            Ext::Run(g) => Ext::Run(format!("({g} * {})", self.n_tiles)),
+        };
         s.line(format!("float accb[{}];", self.group * tw));
         s.open("for (int64_t o = begin; o < end; ++o) {");
         s.line(format!(
-            "const int64_t g = o % {}, t0 = (o / {}) % {} * {tw};",
-            self.n_groups, self.n_groups, self.n_tiles
+            "const int64_t g = o % {n_groups}, t0 = (o / {n_groups}) % {} * {tw};",
+            self.n_tiles
         ));
-        let mut rem = format!("(o / {})", self.n_groups * self.n_tiles);
-        for d in (0..shape.len()).rev().filter(|&d| d != c && d != row) {
-            s.line(format!("const int64_t i{d} = {rem} % {};", shape[d]));
-            rem = format!("({rem} / {})", shape[d]);
+        let mut rem = format!("(o / {groups_tiles})");
+        for d in (0..rank).rev().filter(|&d| d != c && d != row) {
+            s.line(format!("const int64_t i{d} = {rem} % {};", x.dims[d]));
+            rem = format!("({rem} / {})", x.dims[d]);
         }
         s.line(format!(
             "const int64_t j0 = g * {g}, j1 = j0 + {g} < {n} ? j0 + {g} : {n};",
@@ -70,12 +118,19 @@ impl ChannelPlan {
         let tile = |s: &mut CWriter, jn: usize| {
             sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
             s.open("for (int64_t r0 = kb; r0 < ke; ++r0) {");
+            // The other reduction variables whole, inside the block of the first.
+            for (q, e) in x.reduce.iter().enumerate().skip(1) {
+                s.open(format!("for (int64_t r{q} = 0; r{q} < {e}; ++r{q}) {{"));
+            }
             for j in 0..jn {
-                let body = jam_expr(&st.body, shape.len(), jam, j);
+                let body = jam_expr(&st.body, rank, jam, j);
                 for t in 0..nv {
                     let x = vector_expr(em, &body, c as u32, &format!("t0 + {}", t * w), &vt);
                     s.line(format!("c{j}_{t} += {x};"));
                 }
+            }
+            for _ in 1..x.reduce.len() {
+                s.close("}");
             }
             s.close("}");
             sums(s, jn, &|k, at| format!("{at} = {};", name(k)));
@@ -86,9 +141,25 @@ impl ChannelPlan {
         ));
         tile(s, self.rows);
         s.close("}");
-        if self.rows > 1 {
-            s.open(format!("for (; i{row} < j1; ++i{row}) {{"));
-            tile(s, 1);
+        // The columns left: tiles of half as many, and so on down to one (a row shorter than
+        // a tile, at run time, then takes a few tiles rather than a column at a time).
+        let mut jn = self.rows;
+        while jn > 1 {
+            jn = if matches!(n, Ext::Lit(_)) { 1 } else { jn / 2 };
+            let step = if jn == 1 {
+                format!("++i{row}")
+            } else {
+                format!("i{row} += {jn}")
+            };
+            if jn == 1 {
+                s.open(format!("for (; i{row} < j1; {step}) {{"));
+            } else {
+                s.open(format!("if (i{row} + {jn} <= j1) {{"));
+            }
+            tile(s, jn);
+            if jn > 1 {
+                s.line(format!("{step};"));
+            }
             s.close("}");
         }
         s.close("}");
@@ -96,13 +167,14 @@ impl ChannelPlan {
             .finalize
             .as_ref()
             .is_none_or(|f| vectorizable(em.p, f, c as u32));
-        let skip_c = jammed_offset(shape, &st_strides, usize::MAX, 0, Some(c));
-        let all = jammed_offset(shape, &st_strides, usize::MAX, 0, None);
+        let skip_c = (x.offset)(true);
+        let all = (x.offset)(false);
+        let c_stride = &x.c_stride;
         // The epilogue. With one that vectorises along the channels and a row of unit stride,
         // blocks of `w` columns by `w` channels are transposed in registers, so each channel's
         // columns are stored as one vector instead of one float at a time.
         s.line(format!("int64_t i{row} = j0;"));
-        if vec_fin && st_strides[row] == 1 && matches!(w, 4 | 8 | 16) {
+        if vec_fin && x.row_unit && matches!(w, 4 | 8 | 16) {
             let value = |col: &str| match &r.finalize {
                 Some(f) => vector_expr_acc(em, f, c as u32, col, &vt, "av"),
                 None => "av".to_string(),
@@ -120,8 +192,7 @@ impl ChannelPlan {
                 ));
                 transpose_in_registers(s, w, &vt);
                 s.line(format!(
-                    "for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {}] = v[l];",
-                    st_strides[c]
+                    "for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {c_stride}] = v[l];"
                 ));
                 s.close("}");
             }
@@ -142,8 +213,7 @@ impl ChannelPlan {
                 };
                 s.line(format!("  *({vt} *)tv = {value};"));
                 s.line(format!(
-                    "  for (int64_t l = 0; l < {w}; ++l) b{id}[{skip_c} + ({col} + l) * {}] = tv[l]; }}",
-                    st_strides[c]
+                    "  for (int64_t l = 0; l < {w}; ++l) b{id}[{skip_c} + ({col} + l) * {c_stride}] = tv[l]; }}"
                 ));
             } else {
                 let fin = r

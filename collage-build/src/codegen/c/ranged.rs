@@ -6,6 +6,7 @@
 //! points to an `int64_t`. It computes the program's parameters from it into the
 //! parameter buffer, which the kernels read as the last input.
 
+use super::channel::ChannelExtents;
 use super::{
     accumulate, comment, dispatch, finalize_c, profile_counters, scalar, stage_title, Emitter, Ext,
     GemmExtents, PRELUDE, VARIANTS,
@@ -109,6 +110,68 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
             .map(|e| run_ext(e).to_string())
             .collect::<Vec<_>>()
             .join(" * ");
+        // In the kernel, a run-time extent is its local.
+        let local = |e: &Expr, name: String| match run_ext(e) {
+            Ext::Run(_) => Ext::Run(name),
+            lit => lit,
+        };
+        let dims: Vec<Ext> = shape
+            .iter()
+            .enumerate()
+            .map(|(k, e)| local(e, format!("n{k}")))
+            .collect();
+        let reduce: Vec<Ext> = extents
+            .iter()
+            .enumerate()
+            .map(|(k, e)| local(e, format!("e{k}")))
+            .collect();
+        // A convolution over its output channels (its weight transposed in every sample,
+        // `schedule::layout::ranged_channel_weights`): a tile of channel vectors by columns of
+        // the row, every input value a broadcast, whatever the row's length at run time.
+        if let Some(cp) = st
+            .reduce
+            .as_ref()
+            .and_then(|_| crate::schedule::plan::ranged_channel_plan(p, st, isa, cpu))
+        {
+            let at = |c_var: Option<Expr>| {
+                let vars: Vec<Expr> = (0..rank)
+                    .map(|k| match &c_var {
+                        Some(v) if k == cp.c => v.clone(),
+                        _ => Expr::var(k),
+                    })
+                    .collect();
+                em.expr(&r.flatten_iter(&vars, id))
+            };
+            let offset = |skip: bool| at(skip.then(|| Expr::i(0)));
+            // The channel's stride: the offset of channel 1 less that of channel 0.
+            let unit: Vec<Expr> = (0..rank).map(|k| Expr::i((k == cp.c) as i64)).collect();
+            let x = ChannelExtents {
+                dims: dims.clone(),
+                reduce: reduce.clone(),
+                offset: &offset,
+                c_stride: Ext::Run(format!("({})", em.expr(&r.flatten_iter(&unit, id)))),
+                row_unit: cp.row + 1 == rank,
+            };
+            let mut sub = CWriter::new();
+            cp.emit_over(&mut sub, &em, id, st, &x);
+            for l in hoist(&sub.into_string(), pb, np).lines() {
+                out.line(l);
+            }
+            out.close("}");
+            // The tasks: every other dimension, the channel tiles, the row's column groups.
+            let mut tasks = vec![
+                cp.n_tiles.to_string(),
+                run_ext(&shape[cp.row]).ceil_div(cp.group).to_string(),
+            ];
+            for (k, e) in shape.iter().enumerate() {
+                if k != cp.c && k != cp.row {
+                    tasks.push(run_ext(e).to_string());
+                }
+            }
+            calls.push(task_call(&tasks.join(" * "), work, &run_work, id, suffix));
+            calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"));
+            continue;
+        }
         // A contraction along a row whose step is the same at every size: a tile of rows by
         // vectors in registers, the static emitter's register-blocked plan over run-time
         // extents.
@@ -117,11 +180,6 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
             .as_ref()
             .and_then(|_| crate::schedule::plan::default_gemm(p, st, isa, cpu))
         {
-            // In the kernel, a run-time extent is its local.
-            let local = |e: &Expr, name: String| match run_ext(e) {
-                Ext::Run(_) => Ext::Run(name),
-                lit => lit,
-            };
             let jk = gp.jam.map(|j| j.0);
             let offset = |j: usize, skip: bool| {
                 let vars: Vec<Expr> = (0..rank)
@@ -138,16 +196,8 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
                 em.expr(&r.flatten_iter(&vars, id))
             };
             let x = GemmExtents {
-                dims: shape
-                    .iter()
-                    .enumerate()
-                    .map(|(k, e)| local(e, format!("n{k}")))
-                    .collect(),
-                reduce: extents
-                    .iter()
-                    .enumerate()
-                    .map(|(k, e)| local(e, format!("e{k}")))
-                    .collect(),
+                dims,
+                reduce,
                 offset: &offset,
             };
             let mut sub = CWriter::new();

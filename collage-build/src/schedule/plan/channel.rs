@@ -2,7 +2,7 @@
 //! their output channels; `codegen/c/channel.rs` prints it.
 use crate::fusion::tile::best_of;
 use crate::schedule::analysis::{
-    channel_axis, load_coef, vectorizable, NARROW_TILE, NARROW_VECTOR,
+    channel_axis, load_coef, ranged_channel_axis, vectorizable, NARROW_TILE, NARROW_VECTOR,
 };
 use crate::schedule::kernel::gemm_defaults;
 use crate::target::Cpu;
@@ -37,10 +37,38 @@ pub(crate) fn channel_plan(
     cpu: &Cpu,
     knobs: Option<(u8, u8, u16, u16)>,
 ) -> Option<ChannelPlan> {
-    let lanes = isa.lanes();
     // An f32 sum over one reduction variable (blocked), checked by `channel_axis`; the
     // weight transposed (its channels contiguous).
     let c = channel_axis(p, st)?;
+    plan_along(p, st, c, isa, cpu, knobs)
+}
+
+/// The channel-vectorised plan of a stage of a program served over a range of sizes
+/// ([`ranged_channel_axis`]; its shape the largest size's), with the default knobs. The
+/// reduction block is of the first reduction variable (the input channels), the others run
+/// whole inside it; the column groups split the row at the largest size into enough tasks for
+/// the cores (the traffic model reads the largest size only, and the row is shorter at run
+/// time).
+pub(crate) fn ranged_channel_plan(
+    p: &Program,
+    st: &Stage,
+    isa: Isa,
+    cpu: &Cpu,
+) -> Option<ChannelPlan> {
+    let c = ranged_channel_axis(p, st)?;
+    plan_along(p, st, c, isa, cpu, None)
+}
+
+/// The channel-vectorised plan of `st` along channel dimension `c`.
+fn plan_along(
+    p: &Program,
+    st: &Stage,
+    c: usize,
+    isa: Isa,
+    cpu: &Cpu,
+    knobs: Option<(u8, u8, u16, u16)>,
+) -> Option<ChannelPlan> {
+    let lanes = isa.lanes();
     let r = st.reduce.as_ref()?;
     let shape = &st.ty.shape;
     let mut unit = false;
@@ -77,12 +105,13 @@ pub(crate) fn channel_plan(
     }
     .clamp(1, shape[row]);
     let tile = vecs * lanes;
-    let k = r.extents[0];
-    let kc = match knobs {
+    // The block of the first reduction variable: rows of `w'` over the points of the others.
+    let inner: usize = r.extents[1..].iter().product();
+    let kc = (match knobs {
         Some((_, _, kc, _)) => (kc as usize).clamp(1, 1024),
         None => KC,
-    }
-    .min(k);
+    } / inner.max(1))
+    .clamp(1, r.extents[0].max(1));
     let n_tiles = shape[c] / tile;
     let others: usize = (0..shape.len())
         .filter(|&d| d != c && d != row)
@@ -93,7 +122,11 @@ pub(crate) fn channel_plan(
         Some((_, _, _, g)) => (g as usize).clamp(1, blocks),
         None => {
             let want = MIN_TASKS.div_ceil(n_tiles * others).clamp(1, blocks);
-            column_groups(p, st, (c, row), tile, rows, kc, want, cpu.l2 / L2_SHARE)
+            if r.extents.len() == 1 {
+                column_groups(p, st, (c, row), tile, rows, kc, want, cpu.l2 / L2_SHARE)
+            } else {
+                want
+            }
         }
     };
     let group = blocks.div_ceil(split) * rows;
