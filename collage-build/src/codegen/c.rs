@@ -1719,8 +1719,23 @@ impl GemmPlan {
             if w > 4 {
                 widths.push(4);
             }
+            // A row whose length is known at run time only (a ranged program, no panels): a
+            // vector whose epilogue vectorises is stored whole, and a row of at least a vector
+            // ends in one vector ending at its end, stored whole too — its columns the previous
+            // vector also computed get the same values (the same operations on the same
+            // inputs), unless the epilogue reads the output itself.
+            let reads_self = r
+                .finalize
+                .as_ref()
+                .is_some_and(|f| f.sources().contains(&Src::Buf(id)));
+            let run_row = matches!(n, Ext::Run(_));
+            let whole = run_row
+                && !reads_self
+                && r.finalize
+                    .as_ref()
+                    .is_none_or(|f| vectorizable(em.p, f, v as u32));
             // One vector of `vw` lanes starting at column `col`: accumulate every jammed row, then
-            // store lanes `first..vw` through a scratch array.
+            // store lanes `first..vw` through a scratch array (or the whole vector).
             let one_vector = |out: &mut CWriter, vw: usize, col: &str, first: &str| {
                 let vt = format!("cl_f32x{vw}");
                 for j in 0..jn {
@@ -1732,6 +1747,24 @@ impl GemmPlan {
                     out.line(format!("a{j} += {x};"));
                 }
                 close_reduction(out, r.extents.len());
+                if whole && vw == w {
+                    for j in 0..jn {
+                        let value = match &r.finalize {
+                            Some(f) => vector_expr_acc(
+                                em,
+                                &jammed(f, j),
+                                v as u32,
+                                col,
+                                &vt,
+                                &format!("a{j}"),
+                            ),
+                            None => format!("a{j}"),
+                        };
+                        let flat = (x.offset)(j, true);
+                        out.line(format!("*({vt} *)&b{id}[{flat} + {col}] = {value};"));
+                    }
+                    return;
+                }
                 out.line(format!("float tmp[{vw}];"));
                 for j in 0..jn {
                     out.line(format!("*({vt} *)tmp = a{j};"));
@@ -1740,7 +1773,17 @@ impl GemmPlan {
                     out.indented(|out| store(out, j, Some(&col), "tmp[l]"));
                 }
             };
-            for &vw in &widths {
+            out.open(format!("for (; c + {w} <= t1; c += {w}) {{"));
+            one_vector(out, w, "c", "0");
+            out.close("}");
+            if run_row {
+                out.open(format!("if (c < t1 && t1 - t0 >= {w}) {{"));
+                out.line(format!("const int64_t cb = t1 - {w};"));
+                one_vector(out, w, "cb", "c - cb");
+                out.line("c = t1;");
+                out.close("}");
+            }
+            for &vw in &widths[1..] {
                 out.open(format!("for (; c + {vw} <= t1; c += {vw}) {{"));
                 one_vector(out, vw, "c", "0");
                 out.close("}");
@@ -1750,13 +1793,15 @@ impl GemmPlan {
             // computes; within one panel of packed operands), of which only the new columns are
             // stored. A row of 49 on 16 lanes then takes its last column in a vector, not in a
             // scalar loop.
-            out.open(format!(
-                "if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{"
-            ));
-            out.line(format!("const int64_t cb = t1 - {w};"));
-            one_vector(out, w, "cb", "c - cb");
-            out.line("c = t1;");
-            out.close("}");
+            if !run_row {
+                out.open(format!(
+                    "if (c < t1 && t1 >= {w} && (t1 - {w}) % {PANEL} + {w} <= {PANEL}) {{"
+                ));
+                out.line(format!("const int64_t cb = t1 - {w};"));
+                one_vector(out, w, "cb", "c - cb");
+                out.line("c = t1;");
+                out.close("}");
+            }
             out.open(format!("for (int64_t i{v} = c; i{v} < t1; ++i{v}) {{"));
             for j in 0..jn {
                 out.line(format!("float s{j} = 0.0f;"));

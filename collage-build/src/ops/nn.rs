@@ -448,21 +448,23 @@ impl Conv {
         // block's 1x1 convolutions on a 1x1 image), whose one reduction variable lets the
         // contraction vectorise along its channels or its reduction instead of a scalar loop
         // over the unit kernel window.
-        // A uniform lowering (served over a range of sizes) keeps the direct form: the im2col
-        // layout is chosen by size.
-        if cx.uniform
+        let spatial_in = x.shape[2..]
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))?;
+        // A uniform lowering (served over a range of sizes) keeps the direct form, the im2col
+        // layout being chosen by size, but for a pointwise layer that reads its input as it is:
+        // its row is then the whole image, not one line of it, at every size.
+        let flat_pointwise = pointwise && spatial_in == p;
+        if (cx.uniform && !flat_pointwise)
             || self.group != 1
             || d != DType::F32
             || p == 0
             || (p < 16 && !pointwise)
             || window == 0
-            || !matches!(col_bytes, Some(b) if b <= MAX_IM2COL_BYTES)
+            || (!cx.uniform && !matches!(col_bytes, Some(b) if b <= MAX_IM2COL_BYTES))
         {
             return None;
         }
-        let spatial_in = x.shape[2..]
-            .iter()
-            .try_fold(1usize, |a, &b| a.checked_mul(b))?;
         let col_ty = TensorType::new(d, vec![n, k, p]);
         // Small images: col is laid out [n, ci, window.., out..] and written without index
         // arithmetic; large ones: [n, K, P] (which the code generator stores in column panels).

@@ -46,9 +46,8 @@ pub(crate) fn channel_plan(
 /// The channel-vectorised plan of a stage of a program served over a range of sizes
 /// ([`ranged_channel_axis`]; its shape the largest size's), with the default knobs. The
 /// reduction block is of the first reduction variable (the input channels), the others run
-/// whole inside it; the column groups split the row at the largest size into enough tasks for
-/// the cores (the traffic model reads the largest size only, and the row is shorter at run
-/// time).
+/// whole inside it; the column groups are a few register tiles each (the traffic model reads the largest size only, and
+/// the row is shorter at run time).
 pub(crate) fn ranged_channel_plan(
     p: &Program,
     st: &Stage,
@@ -56,8 +55,16 @@ pub(crate) fn ranged_channel_plan(
     cpu: &Cpu,
 ) -> Option<ChannelPlan> {
     let c = ranged_channel_axis(p, st)?;
-    plan_along(p, st, c, isa, cpu, None)
+    let mut cp = plan_along(p, st, c, isa, cpu, None)?;
+    // Groups of a few register tiles: the row at run time may be a fraction of the largest
+    // size's, and its tasks must still split among the cores.
+    cp.group = cp.group.min(cp.rows * RANGED_GROUP_TILES);
+    cp.n_groups = st.ty.shape[cp.row].div_ceil(cp.group);
+    Some(cp)
 }
+
+/// Register tiles of columns per task of a ranged program's channel plan.
+const RANGED_GROUP_TILES: usize = 4;
 
 /// The channel-vectorised plan of `st` along channel dimension `c`.
 fn plan_along(
