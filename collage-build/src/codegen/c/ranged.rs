@@ -18,7 +18,7 @@ use crate::te::{BufKind, Expr, Isa, Ranged, Src};
 
 /// Work (elements times reduction points at the largest size) below which a stage runs on
 /// the calling thread: a pool dispatch costs microseconds.
-const PARALLEL_WORK: usize = 1 << 15;
+const PARALLEL_WORK: usize = 1 << 12;
 
 /// The kernels of `r` and the `run<suffix>` that calls them (the instruction-set variant
 /// `isa`, on `cpu`).
@@ -221,12 +221,26 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
             calls.push(format!("CL_TICK(collage_{symbol}_profile_ns, {id});"));
             continue;
         }
+        // The inner loop: the last dimension, or for a reduction whose reads step along
+        // another one and not along the last (a mean over a transposed layout), that one.
+        let last = rank.saturating_sub(1);
+        let l = match &st.reduce {
+            Some(_) if rank >= 2 && !unit_loads(p, &st.body, last as u32) => (0..last)
+                .rev()
+                .find(|&k| {
+                    (8..=ROW_ACC).contains(&st.ty.shape[k])
+                        && unit_loads(p, &st.body, k as u32)
+                        && crate::schedule::analysis::contiguous_along(p, &st.body, k as u32)
+                })
+                .unwrap_or(last),
+            _ => last,
+        };
+        let lead: Vec<usize> = (0..rank).filter(|&k| k != l).collect();
         out.open("for (int64_t o = begin; o < end; ++o) {");
-        // The leading dimensions from `o`; the last one is the inner loop.
-        let lead = rank.saturating_sub(1);
+        // The other dimensions from `o`.
         let mut rem = "o".to_string();
-        for k in (0..lead).rev() {
-            if k == 0 {
+        for (q, &k) in lead.iter().enumerate().rev() {
+            if q == 0 {
                 out.line(format!("const int64_t i{k} = {rem};"));
             } else {
                 out.line(format!("const int64_t i{k} = {rem} % n{k};"));
@@ -236,7 +250,6 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
         let vars: Vec<Expr> = (0..rank).map(Expr::var).collect();
         let flat = c(&r.flatten_iter(&vars, id));
         let body = c(&st.body);
-        let l = rank.saturating_sub(1);
         let inner = |out: &mut CWriter| {
             if rank > 0 {
                 out.line("#pragma omp simd");
@@ -410,9 +423,9 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
         out.close("}");
         out.close("}");
         // The outer trips at run time; threads where the largest size has the work.
-        let outer: Vec<String> = shape[..rank.saturating_sub(1)]
+        let outer: Vec<String> = lead
             .iter()
-            .map(|e| run_ext(e).to_string())
+            .map(|&k| run_ext(&shape[k]).to_string())
             .collect();
         let n_outer = if outer.is_empty() {
             "1".to_string()
