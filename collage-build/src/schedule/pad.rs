@@ -344,6 +344,7 @@ mod tests {
         for b in &p.bufs {
             let t = match &b.kind {
                 BufKind::Input(k) => inputs[*k].clone(),
+                BufKind::Const(t) => (**t).clone(),
                 BufKind::Stage(st) => {
                     let resolve = |s: Src| -> &Tensor {
                         match s {
@@ -386,7 +387,13 @@ mod tests {
             ),
             Expr::c(DType::F32, 0.0),
         );
-        let ty = TensorType::new(DType::F32, vec![out]);
+        output_sum(&mut p, vec![out], body, vec![3]);
+        p
+    }
+
+    /// Adds the output `y`, a generated f32 sum of `body` over `extents`.
+    fn output_sum(p: &mut Program, shape: Vec<usize>, body: Expr, extents: Vec<usize>) {
+        let ty = TensorType::new(DType::F32, shape);
         let y = p.push(
             "y",
             ty.clone(),
@@ -396,7 +403,7 @@ mod tests {
                 body,
                 reduce: Some(Reduce {
                     op: RedOp::Sum,
-                    extents: vec![3],
+                    extents,
                     finalize: None,
                 }),
                 materialize: true,
@@ -406,7 +413,6 @@ mod tests {
             }),
         );
         p.outputs = vec![y];
-        p
     }
 
     /// `p` rewritten, with its copy's shape, and the output of the rewritten program on fixed
@@ -473,6 +479,69 @@ mod tests {
         let mut q = p.clone();
         pad_windows(&mut q);
         assert_eq!(q.bufs.len(), 3);
+    }
+
+    /// A strided convolution served over a range, as a uniform lowering writes it:
+    /// `y[0, c, 0, i] = sum_{r0, r1} x[0, r0, 0, 2 i + r1 - 1] w[c * 6 + r0 * 3 + r1]` over 2
+    /// input channels and 3 taps, 16 output channels, `x` of width 7, its padding a guard.
+    fn channel_conv() -> Program {
+        let mut p = Program::default();
+        let x = p.push(
+            "x",
+            TensorType::new(DType::F32, vec![1, 2, 1, 7]),
+            BufKind::Input(0),
+        );
+        let wt = Tensor::from_f32(
+            &[96],
+            &(0..96).map(|k| (k % 7) as f32 - 3.0).collect::<Vec<_>>(),
+        );
+        let w = p.push("w", wt.ty.clone(), BufKind::Const(std::sync::Arc::new(wt)));
+        p.inputs = vec![x];
+        let at = Expr::var(3)
+            .mul(Expr::i(2))
+            .add(Expr::rvar(1))
+            .add(Expr::i(-1));
+        let cond = at.clone().ge(Expr::i(0)).and(at.clone().lt(Expr::i(7)));
+        let xi = vec![Expr::i(0), Expr::rvar(0), Expr::i(0), at];
+        let wi = Expr::var(1)
+            .mul(Expr::i(6))
+            .add(Expr::rvar(0).mul(Expr::i(3)))
+            .add(Expr::rvar(1));
+        let body = Expr::select(
+            cond,
+            Expr::bin(
+                BinOp::Mul,
+                Expr::load(Src::Buf(x), xi),
+                Expr::load_flat(Src::Buf(w), wi),
+            ),
+            Expr::c(DType::F32, 0.0),
+        );
+        output_sum(&mut p, vec![1, 16, 1, 3], body, vec![2, 3]);
+        p
+    }
+
+    #[test]
+    fn a_convolution_along_its_channels_reads_a_copy_not_split_by_phase() {
+        let p = channel_conv();
+        let mut q = p.clone();
+        pad_windows(&mut q);
+        assert_eq!(q.bufs.len(), 4);
+        // The border written out, the row's step left to the index: every input value is a
+        // broadcast of the channel-vectorised plan.
+        assert_eq!(q.bufs[2].ty.shape, vec![1, 2, 1, 9]);
+        let y = q.stage(BufId::new(3)).unwrap();
+        assert_eq!(ranged_channel_axis(&q, y), Some(1));
+        // Its weight transposed to `w'[r, channel]`, row-major.
+        crate::schedule::layout::ranged_channel_weights(&mut q);
+        assert_eq!(q.bufs[1].ty.shape, vec![6, 16]);
+        assert!(!q.bufs[1].packed);
+        let x = Tensor::from_f32(
+            &[1, 2, 1, 7],
+            &[
+                1.0, -2.0, 3.0, 4.0, 0.5, -1.5, 2.5, 0.25, 1.0, -3.0, 2.0, 0.75, -0.5, 1.5,
+            ],
+        );
+        assert_eq!(run(&p, std::slice::from_ref(&x)), run(&q, &[x]));
     }
 
     #[test]
