@@ -262,7 +262,13 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
         // is wide (the reduction then runs outside a loop along it, which vectorises).
         let row = (rank > 0)
             .then(|| st.ty.shape[l])
-            .filter(|&n| (8..=ROW_ACC).contains(&n) && unit_loads(p, &st.body, l as u32));
+            .filter(|&n| (8..=ROW_ACC).contains(&n) && unit_loads(p, &st.body, l as u32))
+            // A strided window over a few points (a 2x2 pool): a scalar loop over its
+            // outputs, the points unrolled, beats shuffling pairs of vectors per point.
+            .filter(|_| {
+                let points: usize = st.reduce.as_ref().map_or(1, |r| r.extents.iter().product());
+                points > SMALL_WINDOW || max_step(p, &st.body, l as u32).is_some_and(|s| s <= 1)
+            });
         match (&st.reduce, row) {
             (None, _) => {
                 let body = invariant_reads(out, &em, &st.body, l as u32, &c);
@@ -486,6 +492,9 @@ fn task_call(
 /// accumulators on the stack.
 const ROW_ACC: usize = 4096;
 
+/// The most points of a strided window that runs one output at a time.
+const SMALL_WINDOW: usize = 16;
+
 /// The coefficient of `Var(v)` in the integer expression `e`, if `e` is affine in it (other
 /// variables and parameter reads are constants here).
 fn var_coef(e: &Expr, v: u32) -> Option<i64> {
@@ -519,7 +528,14 @@ fn uses(e: &Expr, v: u32) -> bool {
 /// stride-2 window): a row of accumulators along `v` then reads memory in vectors (two and a
 /// shuffle), not gathers.
 fn unit_loads(p: &crate::te::Program, body: &Expr, v: u32) -> bool {
+    max_step(p, body, v).is_some_and(|s| s <= 2)
+}
+
+/// The largest step of a read in `body` along `Var(v)` (in elements), if every read is affine
+/// along it and none steps backwards.
+fn max_step(p: &crate::te::Program, body: &Expr, v: u32) -> Option<i64> {
     let mut ok = true;
+    let mut most = 0;
     body.visit(&mut |x| {
         let c = match x {
             Expr::LoadFlat(_, f) => var_coef(f, v),
@@ -532,9 +548,12 @@ fn unit_loads(p: &crate::te::Program, body: &Expr, v: u32) -> bool {
             }
             _ => return,
         };
-        ok &= matches!(c, Some(0..=2));
+        match c {
+            Some(c) if c >= 0 => most = most.max(c),
+            _ => ok = false,
+        }
     });
-    ok
+    ok.then_some(most)
 }
 
 /// The reads of `e` that are the same along `Var(v)`, outside a select's branches (the guard
