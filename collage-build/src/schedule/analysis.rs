@@ -247,7 +247,8 @@ pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
 /// samples): a convolution lowered for every size alike (`LowerCx::uniform`) keeps its output
 /// `[n, m, oh, ow]` and sums over its input channels and window (several reduction
 /// variables). Its row is one line of the image, a few columns however large the range, so
-/// no row is too long here; the channels are the dimension its weight is read along.
+/// no row is too long here; the channels are the dimension its weight is read along. Outputs
+/// of lower rank (a pointwise layer over its flat image) keep their row plan.
 pub(crate) fn ranged_channel_axis(p: &Program, st: &Stage) -> Option<usize> {
     channel_axis_in(p, st, true)
 }
@@ -256,10 +257,12 @@ pub(crate) fn ranged_channel_axis(p: &Program, st: &Stage) -> Option<usize> {
 fn channel_axis_in(p: &Program, st: &Stage, ranged: bool) -> Option<usize> {
     let r = st.reduce.as_ref()?;
     if ranged {
+        // An image's line: a flat row (a pointwise layer's whole image, or a sequence) is
+        // long, or short at some sizes and long at others, and vectorises along itself.
         let ok = r.op == RedOp::Sum
             && st.exec == Exec::Generated
             && st.ty.dtype == DType::F32
-            && st.ty.rank() >= 2
+            && st.ty.rank() >= 4
             && !r.extents.is_empty();
         if !ok {
             return None;

@@ -60,6 +60,14 @@ fn padded_read(p: &Program, g: BufId) -> Option<(Buffer, Box<dyn Fn(BufId) -> Ex
     };
     padded_factor(p, st, cond, a.as_ref(), b.as_ref(), true)
         .or_else(|| padded_factor(p, st, cond, b.as_ref(), a.as_ref(), false))
+        .or_else(|| {
+            cond.is_none()
+                .then(|| {
+                    computed_copy(p, st, a.as_ref(), b.as_ref(), true)
+                        .or_else(|| computed_copy(p, st, b.as_ref(), a.as_ref(), false))
+                })
+                .flatten()
+        })
 }
 
 /// [`padded_read`] with `fx` the factor that reads the input, `w` the other.
@@ -177,22 +185,7 @@ fn padded_factor(
         })
     };
     let body = zero_outside(fx_at, &at, xs, &low, &high);
-    let ty = TensorType::new(DType::F32, store_shape);
-    let padded = Buffer {
-        name: format!("{}_padded", st.name),
-        ty: ty.clone(),
-        kind: BufKind::Stage(Stage {
-            name: format!("{}_padded", st.name),
-            ty,
-            body,
-            reduce: None,
-            materialize: true,
-            part: st.part,
-            exec: Exec::Generated,
-            choice: None,
-        }),
-        packed: false,
-    };
+    let padded = copy_of(st, "padded", TensorType::new(DType::F32, store_shape), body);
     let mut shifted: Vec<Expr> = (0..n).map(|d| xi[d].clone().add(Expr::i(-lo[d]))).collect();
     if s > 1 {
         // `e = s row + rest` (`rest >= 0`: `e >= 0` where the row is 0): phase `rest % s`,
@@ -204,15 +197,90 @@ fn padded_factor(
         shifted.push(Expr::var(row as usize).add(Expr::bin(BinOp::Div, rest, Expr::i(step))));
     }
     let w = w.clone();
-    let body = move |xp: BufId| {
-        let read = Expr::load(Src::Buf(xp), shifted.clone());
-        if x_first {
-            Expr::bin(BinOp::Mul, read, w.clone())
-        } else {
-            Expr::bin(BinOp::Mul, w.clone(), read)
-        }
-    };
+    let body = move |xp: BufId| product(Expr::load(Src::Buf(xp), shifted.clone()), &w, x_first);
     Some((padded, Box::new(body)))
+}
+
+/// A copy of what factor `fx` of an unguarded sum of products computes of one input alone, read
+/// at a flat index (a pointwise convolution's flat image, an activation inlined into a
+/// projection's reads): `xc[y] = f(x[y])` over the whole input, the factor then a read of
+/// `xc` at the same index. The contraction is left a plain sum of products, which the
+/// register-blocked plan takes, and `f` runs once per input element.
+#[allow(clippy::type_complexity)]
+fn computed_copy(
+    p: &Program,
+    st: &Stage,
+    fx: &Expr,
+    w: &Expr,
+    x_first: bool,
+) -> Option<(Buffer, Box<dyn Fn(BufId) -> Expr>)> {
+    if matches!(fx, Expr::Load(..) | Expr::LoadFlat(..)) {
+        return None;
+    }
+    let mut read: Option<(BufId, Expr)> = None;
+    let mut ok = true;
+    fx.visit(&mut |x| match x {
+        Expr::LoadFlat(Src::Buf(b), f) => match &read {
+            None => read = Some((*b, (**f).clone())),
+            Some((rb, rf)) => ok &= rb == b && rf == f.as_ref(),
+        },
+        Expr::Load(..) | Expr::LoadFlat(..) | Expr::Acc => ok = false,
+        _ => {}
+    });
+    let (xb, flat) = read.filter(|_| ok)?;
+    let xbuf = &p.bufs[xb.index()];
+    if xbuf.ty.dtype != DType::F32 || xbuf.packed {
+        return None;
+    }
+    // Outside the read, no variable.
+    let rest = fx.rewrite(&mut |x| match x {
+        Expr::LoadFlat(..) => Some(Expr::c(DType::F32, 0.0)),
+        _ => None,
+    });
+    let mut vars = false;
+    rest.visit(&mut |x| vars |= matches!(x, Expr::Var(_) | Expr::RVar(_)));
+    if vars {
+        return None;
+    }
+    let ty = xbuf.ty.clone();
+    let at: Vec<Expr> = (0..ty.rank()).map(Expr::var).collect();
+    let body = fx.rewrite(&mut |x| match x {
+        Expr::LoadFlat(..) => Some(Expr::load(Src::Buf(xb), at.clone())),
+        _ => None,
+    });
+    let copy = copy_of(st, "input", ty, body);
+    let w = w.clone();
+    let body = move |xc: BufId| product(Expr::load_flat(Src::Buf(xc), flat.clone()), &w, x_first);
+    Some((copy, Box::new(body)))
+}
+
+/// A materialised stage `<st's name>_<what>` of type `ty` computing `body`, in `st`'s part.
+fn copy_of(st: &Stage, what: &str, ty: TensorType, body: Expr) -> Buffer {
+    let name = format!("{}_{what}", st.name);
+    Buffer {
+        name: name.clone(),
+        ty: ty.clone(),
+        kind: BufKind::Stage(Stage {
+            name,
+            ty,
+            body,
+            reduce: None,
+            materialize: true,
+            part: st.part,
+            exec: Exec::Generated,
+            choice: None,
+        }),
+        packed: false,
+    }
+}
+
+/// `read * w`, or `w * read` (the factors' order kept).
+fn product(read: Expr, w: &Expr, x_first: bool) -> Expr {
+    if x_first {
+        Expr::bin(BinOp::Mul, read, w.clone())
+    } else {
+        Expr::bin(BinOp::Mul, w.clone(), read)
+    }
 }
 
 /// Which sides of each dimension of load index `xi` (into a buffer of shape `xs`) the guard
@@ -469,6 +537,22 @@ mod tests {
         let (_, shape, b) = padded(&p);
         assert_eq!(shape, vec![5]);
         assert_eq!(b[1], 5.0 * 1.25);
+        // The same read at a flat index: a copy of the square over all of x, read at it.
+        if let BufKind::Stage(st) = &mut p.bufs[2].kind {
+            let x = Expr::load_flat(Src::Buf(BufId::new(0)), Expr::var(0));
+            let fx = Expr::bin(BinOp::Mul, x.clone(), x).add(Expr::c(DType::F32, 1.0));
+            let w = Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]);
+            st.body = Expr::bin(BinOp::Mul, fx, w);
+        }
+        let (q, shape, b) = padded(&p);
+        assert_eq!(shape, vec![5]);
+        assert_eq!(b[1], 5.0 * 1.25);
+        let y = q.stage(BufId::new(3)).unwrap();
+        assert!(
+            matches!(&y.body, Expr::Bin(BinOp::Mul, a, _) if matches!(**a, Expr::LoadFlat(..))),
+            "{:?}",
+            y.body
+        );
         // A bare load without a guard or a step is left as it is.
         let mut p = strided(1, 5);
         if let BufKind::Stage(st) = &mut p.bufs[2].kind {
