@@ -524,14 +524,18 @@ mod tests {
         assert_eq!(b, [2.0 + 2.0, -0.5 + 6.0 - 4.0, 1.0 + 1.0]);
     }
 
+    /// `x * x + 1`, and the tap `w[r]` of [`strided`]'s program.
+    fn square_and_tap(x: Expr) -> (Expr, Expr) {
+        let fx = Expr::bin(BinOp::Mul, x.clone(), x).add(Expr::c(DType::F32, 1.0));
+        (fx, Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]))
+    }
+
     #[test]
     fn what_a_contraction_computes_of_its_input_alone_is_computed_once() {
         // y[i] = sum_r (x[i] * x[i] + 1) w[r]: no guard, the square once per element of x.
         let mut p = strided(1, 5);
         if let BufKind::Stage(st) = &mut p.bufs[2].kind {
-            let x = Expr::load(Src::Buf(BufId::new(0)), vec![Expr::var(0)]);
-            let fx = Expr::bin(BinOp::Mul, x.clone(), x).add(Expr::c(DType::F32, 1.0));
-            let w = Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]);
+            let (fx, w) = square_and_tap(Expr::load(Src::Buf(BufId::new(0)), vec![Expr::var(0)]));
             st.body = Expr::bin(BinOp::Mul, w, fx);
         }
         let (_, shape, b) = padded(&p);
@@ -539,9 +543,7 @@ mod tests {
         assert_eq!(b[1], 5.0 * 1.25);
         // The same read at a flat index: a copy of the square over all of x, read at it.
         if let BufKind::Stage(st) = &mut p.bufs[2].kind {
-            let x = Expr::load_flat(Src::Buf(BufId::new(0)), Expr::var(0));
-            let fx = Expr::bin(BinOp::Mul, x.clone(), x).add(Expr::c(DType::F32, 1.0));
-            let w = Expr::load(Src::Buf(BufId::new(1)), vec![Expr::rvar(0)]);
+            let (fx, w) = square_and_tap(Expr::load_flat(Src::Buf(BufId::new(0)), Expr::var(0)));
             st.body = Expr::bin(BinOp::Mul, fx, w);
         }
         let (q, shape, b) = padded(&p);

@@ -18,7 +18,7 @@ use super::{
     CWriter, Emitter, Ext,
 };
 use crate::ir::strides;
-use crate::te::{BinOp, BufId, ChannelPlan, Expr, Stage};
+use crate::te::{BufId, ChannelPlan, Stage};
 
 /// The extents a channel-vectorised stage's C is written over (as [`super::GemmExtents`]):
 /// the stage's own (literals), or a ranged program's run-time ones.
@@ -115,13 +115,6 @@ impl ChannelPlan {
             }
         };
         let name = |k: usize| format!("c{}_{}", k / nv, k % nv);
-        // Over a run-time row, an input factor computed of the input (an activation inlined
-        // into the reads) is computed once per column of the tile, in a loop that vectorises
-        // along the row, instead of once per column in the broadcast.
-        let computed = matches!(n, Ext::Run(_))
-            .then(|| input_factor(&st.body, c as u32))
-            .flatten()
-            .filter(|(xf, _)| !matches!(xf, Expr::Load(..) | Expr::LoadFlat(..)));
         let tile = |s: &mut CWriter, jn: usize| {
             sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
             s.open("for (int64_t r0 = kb; r0 < ke; ++r0) {");
@@ -129,24 +122,7 @@ impl ChannelPlan {
             for (q, e) in x.reduce.iter().enumerate().skip(1) {
                 s.open(format!("for (int64_t r{q} = 0; r{q} < {e}; ++r{q}) {{"));
             }
-            if let Some((xf, wf)) = &computed {
-                s.line(format!("float xf[{jn}]; const int64_t jb = i{row};"));
-                s.line("#pragma omp simd");
-                s.line(format!(
-                    "for (int64_t q = 0; q < {jn}; ++q) {{ const int64_t i{row} = jb + q; xf[q] = {}; }}",
-                    em.expr(xf)
-                ));
-                for j in 0..jn {
-                    for t in 0..nv {
-                        let wv = vector_expr(em, wf, c as u32, &format!("t0 + {}", t * w), &vt);
-                        s.line(format!("c{j}_{t} += {wv} * xf[{j}];"));
-                    }
-                }
-            }
             for j in 0..jn {
-                if computed.is_some() {
-                    break;
-                }
                 let body = jam_expr(&st.body, rank, jam, j);
                 for t in 0..nv {
                     let x = vector_expr(em, &body, c as u32, &format!("t0 + {}", t * w), &vt);
@@ -253,23 +229,5 @@ impl ChannelPlan {
         }
         s.close("}");
         s.close("}");
-    }
-}
-
-/// The factors of a channel contraction's body `a * b`: the one that does not use the channel
-/// variable `c` (the input), and the other (the weight).
-fn input_factor(body: &Expr, c: u32) -> Option<(Expr, Expr)> {
-    let Expr::Bin(BinOp::Mul, a, b) = body else {
-        return None;
-    };
-    let uses = |e: &Expr| {
-        let mut yes = false;
-        e.visit(&mut |x| yes |= *x == Expr::Var(c));
-        yes
-    };
-    match (uses(a), uses(b)) {
-        (false, true) => Some(((**a).clone(), (**b).clone())),
-        (true, false) => Some(((**b).clone(), (**a).clone())),
-        _ => None,
     }
 }
