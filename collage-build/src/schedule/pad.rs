@@ -408,25 +408,7 @@ mod tests {
 
     /// The first output of `p` on `inputs`, by the reference interpreter.
     fn run(p: &Program, inputs: &[Tensor]) -> Vec<f32> {
-        let mut vals: Vec<Tensor> = Vec::new();
-        for b in &p.bufs {
-            let t = match &b.kind {
-                BufKind::Input(k) => inputs[*k].clone(),
-                BufKind::Const(t) => (**t).clone(),
-                BufKind::Stage(st) => {
-                    let resolve = |s: Src| -> &Tensor {
-                        match s {
-                            Src::Buf(b) => &vals[b.index()],
-                            other => panic!("unresolved {other:?}"),
-                        }
-                    };
-                    crate::te::Evaluator { src: &resolve }.stage(st)
-                }
-                other => panic!("unexpected buffer {other:?}"),
-            };
-            vals.push(t);
-        }
-        vals[p.outputs[0].index()].to_f32()
+        crate::te::run_program(p, inputs)[0].to_f32()
     }
 
     /// A one-dimensional window of 3 taps with a border of 1: `y[i] = sum_r x[i + r - 1] w[r]`.

@@ -91,6 +91,11 @@ fn inline_injective(p: &mut Program) {
             if c_reduces && has_select(&pst.body) {
                 return false;
             }
+            // An elementwise function of a contraction's output becomes that contraction's
+            // epilogue (computed once per element) rather than a term of this one's inner loop.
+            if c_reduces && is_epilogue(p, &readers, k) {
+                return false;
+            }
             let single_reader = readers[k.index()].len() == 1;
             let cheap = is_cheap(pst);
             single_reader && (cheap || (!c_reduces && count_loads(e, k) == 1))
@@ -125,6 +130,51 @@ fn inline_injective(p: &mut Program) {
             }
         }
     }
+}
+
+/// Whether stage `k` (elementwise) can become the epilogue of a reduction it reads
+/// ([`fuse_epilogues`]): it reads a generated contraction of its own partition, size and type
+/// only at the element it computes, and every other reader of that contraction is read by `k`
+/// alone (a stage inlined into `k`: the Sigmoid of a SiLU, the HardSigmoid of a HardSwish).
+fn is_epilogue(p: &Program, readers: &[Vec<BufId>], k: BufId) -> bool {
+    let Some(kst) = p.stage(k) else { return false };
+    if kst.reduce.is_some() || kst.exec != Exec::Generated {
+        return false;
+    }
+    let vars: Vec<Expr> = (0..kst.ty.rank()).map(Expr::var).collect();
+    let flat = Expr::flatten(&vars, &kst.ty.shape);
+    body_bufs(&kst.body).into_iter().any(|r| {
+        let Some(rst) = p.stage(r) else { return false };
+        let rbuf = &p.bufs[r.index()];
+        if rst.reduce.is_none()
+            || rst.exec != Exec::Generated
+            || rst.part != kst.part
+            || p.outputs.contains(&r)
+            || rbuf.packed
+            || rst.ty.numel() != kst.ty.numel()
+            || rst.ty.dtype != kst.ty.dtype
+        {
+            return false;
+        }
+        let mut at_element = true;
+        kst.body.visit(&mut |x| match x {
+            Expr::Load(Src::Buf(b), idx) if *b == r => {
+                at_element &= is_identity_load(idx) && rst.ty.shape == kst.ty.shape
+            }
+            Expr::LoadFlat(Src::Buf(b), f) if *b == r => at_element &= **f == flat,
+            _ => {}
+        });
+        // Every other reader is an elementwise stage only `k` reads (inlined into it):
+        // then `k` is the contraction's only reader once inlining is done.
+        at_element
+            && readers[r.index()].iter().all(|&q| {
+                q == k
+                    || (readers[q.index()] == [k]
+                        && p.stage(q).is_some_and(|s| {
+                            s.reduce.is_none() && s.exec == Exec::Generated && !s.materialize
+                        }))
+            })
+    })
 }
 
 /// The buffers `e` loads, sorted, each once.

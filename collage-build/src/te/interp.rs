@@ -427,6 +427,32 @@ pub fn eval_stages(stages: &[Stage], args: &[Option<&Tensor>], outs: &[Src]) -> 
         .collect()
 }
 
+/// The output tensors of a whole program on its `inputs` (tests): every stage evaluated in
+/// order; dead buffers hold nothing.
+#[cfg(test)]
+pub(crate) fn run_program(p: &super::Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    use super::BufKind;
+    let mut vals: Vec<Tensor> = Vec::with_capacity(p.bufs.len());
+    for b in &p.bufs {
+        let t = match &b.kind {
+            BufKind::Input(k) => inputs[*k].clone(),
+            BufKind::Const(t) => (**t).clone(),
+            BufKind::Stage(st) => {
+                let resolve = |s: Src| -> &Tensor {
+                    match s {
+                        Src::Buf(b) => &vals[b.index()],
+                        other => panic!("unresolved {other:?}"),
+                    }
+                };
+                Evaluator { src: &resolve }.stage(st)
+            }
+            _ => Tensor::from_f32(&[0], &[]),
+        };
+        vals.push(t);
+    }
+    p.outputs.iter().map(|b| vals[b.index()].clone()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,8 @@ pub use expr::{
     WindowKind, WindowOp,
 };
 pub use fuse::fuse;
+#[cfg(test)]
+pub(crate) use interp::run_program;
 pub use interp::{eval_stages, Evaluator};
 pub use plan::{
     Axis, Bound, ChannelPlan, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,

@@ -238,7 +238,7 @@ fn casts_from_the_small_types_agree_with_the_interpreter() {
 }
 
 /// A node `op` of `inputs` (opset 25, no attributes).
-fn node(g: &mut Graph, op: &str, inputs: &[ValueId]) -> ValueId {
+pub(super) fn node(g: &mut Graph, op: &str, inputs: &[ValueId]) -> ValueId {
     let f = lookup(op).unwrap()(&OpCx {
         attrs: &Attrs::default(),
         opset: 25,
