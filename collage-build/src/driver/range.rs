@@ -355,9 +355,12 @@ pub struct RangedTiming {
     pub bound_ms: f64,
 }
 
+/// Rounds of [`bench`]: each size's two builds are timed alternately this many times.
+const ROUNDS: u32 = 8;
+
 /// Times the build of `model` over `range` at each of `sizes` against a build bound to each
-/// size, on pseudo-random inputs, alternating the two `rounds` times (`min_time` each) and
-/// keeping the smallest round median of each.
+/// size, on pseudo-random inputs, alternating the two [`ROUNDS`] times (`3 * min_time` in
+/// all for each) and keeping the smallest round median of each.
 pub fn bench(
     model: &Path,
     opts: &Options,
@@ -371,13 +374,16 @@ pub fn bench(
     let c = compile_ranged(model, opts, range, "ranged")?;
     let mut m =
         crate::native::RangedModel::build(&c.compiled, &c.ranged, &work.join("ranged"), "-O3")?;
+    // The time of three rounds of `min_time` each, in more shorter ones: a slow phase of a
+    // shared host (seconds long) then spoils fewer of them.
+    let round = min_time.mul_f64(3.0 / ROUNDS as f64);
     let median = |f: &mut dyn FnMut()| -> f64 {
         for _ in 0..5 {
             f();
         }
         let mut t = Vec::new();
         let start = std::time::Instant::now();
-        while start.elapsed() < min_time || t.len() < 10 {
+        while start.elapsed() < round || t.len() < 10 {
             let s = std::time::Instant::now();
             f();
             t.push(s.elapsed().as_secs_f64() * 1e3);
@@ -407,7 +413,7 @@ pub fn bench(
             .collect();
         m.size_of(&inputs)?;
         let (mut r, mut b) = (f64::INFINITY, f64::INFINITY);
-        for _ in 0..3 {
+        for _ in 0..ROUNDS {
             r = r.min(median(&mut || {
                 m.run(&inputs, &exec).expect("checked inputs");
             }));

@@ -269,7 +269,57 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
                 let points: usize = st.reduce.as_ref().map_or(1, |r| r.extents.iter().product());
                 points > SMALL_WINDOW || max_step(p, &st.body, l as u32).is_some_and(|s| s <= 1)
             });
+        // The row's range where a guard holds (`lo`, `hi`): its terms without the row's
+        // variable hoisted, those of `i + c >= 0` / `i + c < bound` form its bounds.
+        let bounds = |g: &SplitGuard| {
+            let ceil = |(e, k): &(Expr, i64)| match k {
+                1 => c(e),
+                k => format!("cl_ceildiv_i64({}, {k})", c(e)),
+            };
+            let mut lo = "0".to_string();
+            for b in &g.lo {
+                lo = format!("cl_max_i64({lo}, {})", ceil(b));
+            }
+            let mut hi = format!("n{l}");
+            for b in &g.hi {
+                hi = format!("cl_min_i64({hi}, {})", ceil(b));
+            }
+            let outer: Vec<String> = g.outer.iter().map(&c).collect();
+            (lo, hi, outer)
+        };
+        // A copy that pads (`cond ? x : constant`): the constant before and after the row's
+        // range, the copy inside it, without a select per element.
+        let padding = match (&st.reduce, &st.body) {
+            (None, Expr::Select(_, _, fill)) if rank > 0 && matches!(**fill, Expr::Const(_)) => {
+                split_guard(&st.body, l as u32, fill).map(|g| (g, c(fill)))
+            }
+            _ => None,
+        };
         match (&st.reduce, row) {
+            (None, _) if padding.is_some() => {
+                let (g, fill) = padding.expect("checked");
+                let (lo, hi, outer) = bounds(&g);
+                out.line(format!("int64_t lo = {lo}, hi = {hi};"));
+                if !outer.is_empty() {
+                    out.line(format!(
+                        "if (!({})) {{ lo = 0; hi = 0; }}",
+                        outer.join(" && ")
+                    ));
+                }
+                out.line(format!("if (lo > n{l}) lo = n{l};"));
+                out.line("if (hi < lo) hi = lo;");
+                out.line(format!(
+                    "for (int64_t i{l} = 0; i{l} < lo; ++i{l}) b{id}[{flat}] = {fill};"
+                ));
+                let v = invariant_reads(out, &em, &g.value, l as u32, &c);
+                out.line("#pragma omp simd");
+                out.open(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {{"));
+                out.line(format!("b{id}[{flat}] = {v};"));
+                out.close("}");
+                out.line(format!(
+                    "for (int64_t i{l} = hi; i{l} < n{l}; ++i{l}) b{id}[{flat}] = {fill};"
+                ));
+            }
             (None, _) => {
                 let body = invariant_reads(out, &em, &st.body, l as u32, &c);
                 inner(out);
@@ -322,19 +372,7 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
                 let init = Expr::Const(red.op.init(st.ty.dtype));
                 match split_guard(&st.body, l as u32, &init) {
                     Some(g) => {
-                        let outer: Vec<String> = g.outer.iter().map(&c).collect();
-                        let ceil = |(e, k): &(Expr, i64)| match k {
-                            1 => c(e),
-                            k => format!("cl_ceildiv_i64({}, {k})", c(e)),
-                        };
-                        let mut lo = "0".to_string();
-                        for b in &g.lo {
-                            lo = format!("cl_max_i64({lo}, {})", ceil(b));
-                        }
-                        let mut hi = format!("n{l}");
-                        for b in &g.hi {
-                            hi = format!("cl_min_i64({hi}, {})", ceil(b));
-                        }
+                        let (lo, hi, outer) = bounds(&g);
                         if !outer.is_empty() {
                             out.open(format!("if ({}) {{", outer.join(" && ")));
                         }
