@@ -110,6 +110,7 @@ fn lower_at(
     crate::passes::run(&mut g, &crate::passes::pipeline_ranged(rw.winograd))?;
     let mut p = codegen::lower_graph_as(&g, &|_| (1, None), true)?;
     te::fuse(&mut p);
+    te::hoist_invariant_factors(&mut p);
     if rw.pad {
         crate::schedule::pad::pad_windows(&mut p);
         // Unguarded now, convolutions vectorise along their output channels.

@@ -288,6 +288,51 @@ fn hoist_factors(p: &mut Program) {
     }
 }
 
+/// The factors of `e`'s product tree (`e` itself when it is not a product).
+fn factors(e: &Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::Bin(super::BinOp::Mul, a, b) => {
+            factors(a, out);
+            factors(b, out);
+        }
+        x => out.push(x.clone()),
+    }
+}
+
+/// A float sum whose body is a product with factors that vary along none of the reduction
+/// variables applies them once to its accumulator: `sum_r a_r * c = c * sum_r a_r`. A ranged
+/// program lowers everything as one part, so the softmax's reciprocal row sum is inlined into
+/// the product with V before [`hoist_factors`] sees it as a stage; here it leaves that
+/// product's inner loop for its epilogue, as the static pipeline's does.
+pub fn hoist_invariant_factors(p: &mut Program) {
+    for b in &mut p.bufs {
+        let BufKind::Stage(st) = &mut b.kind else {
+            continue;
+        };
+        let Some(red) = &st.reduce else { continue };
+        if red.op != super::RedOp::Sum || st.exec != Exec::Generated || !st.ty.dtype.is_float() {
+            continue;
+        }
+        let mut fs = Vec::new();
+        factors(&st.body, &mut fs);
+        let (free, rest): (Vec<Expr>, Vec<Expr>) = fs.into_iter().partition(|f| !reads_rvar(f));
+        if free.is_empty() || rest.is_empty() {
+            continue;
+        }
+        let product = |v: Vec<Expr>| {
+            v.into_iter()
+                .reduce(|a, b| Expr::bin(super::BinOp::Mul, a, b))
+                .expect("not empty")
+        };
+        let scale = product(free);
+        let scaled = Expr::bin(super::BinOp::Mul, Expr::Acc, scale);
+        let prev = red.finalize.clone().unwrap_or(Expr::Acc);
+        let fin = prev.rewrite(&mut |e| matches!(e, Expr::Acc).then(|| scaled.clone()));
+        st.body = product(rest);
+        st.reduce.as_mut().expect("a reduction").finalize = Some(fin);
+    }
+}
+
 fn is_identity_load(idx: &[Expr]) -> bool {
     idx.iter().enumerate().all(|(k, e)| *e == Expr::var(k))
 }

@@ -20,7 +20,7 @@ pub use expr::{
     bcast_index, BinOp, Exec, Expr, LibraryCall, RedOp, Reduce, Scalar, Src, Stage, UnOp,
     WindowKind, WindowOp,
 };
-pub use fuse::fuse;
+pub use fuse::{fuse, hoist_invariant_factors};
 #[cfg(test)]
 pub(crate) use interp::run_program;
 pub use interp::{eval_stages, Evaluator};

@@ -46,3 +46,50 @@ fn an_activation_between_contractions_is_the_first_ones_epilogue() {
     let run = |p| crate::te::run_program(p, std::slice::from_ref(&xt))[0].to_f32();
     assert_eq!(run(&p), run(&q));
 }
+
+/// A softmax followed by a product (attention's weights times V) in one part: the reciprocal
+/// of the row sum, inlined into the product's body by fusion, leaves its inner loop for its
+/// epilogue (`te::hoist_invariant_factors`), and the result is the same within rounding.
+#[test]
+fn a_factor_invariant_along_a_sum_moves_to_its_epilogue() {
+    let mut g = Graph::new("softmax_matmul");
+    let x = g.add_value("x", Some(TensorType::new(DType::F32, [1, 4, 8])));
+    g.inputs.push(x);
+    let ramp = |n: usize, s: f32| (0..n).map(|k| (k as f32 * s).sin()).collect::<Vec<_>>();
+    let v = g.add_const("v", Tensor::from_f32(&[8, 3], &ramp(24, 0.9)));
+    let s = node(&mut g, "Softmax", &[x]);
+    let y = node(&mut g, "MatMul", &[s, v]);
+    g.outputs = vec![y];
+    crate::passes::run(&mut g, &crate::passes::pipeline_ranged(false)).unwrap();
+    let p = crate::codegen::lower_graph_as(&g, &|_| (1, None), true).unwrap();
+    let mut q = p.clone();
+    crate::te::fuse(&mut q);
+    let before = q.clone();
+    crate::te::hoist_invariant_factors(&mut q);
+    let out = q.stage(q.outputs[0]).expect("a stage");
+    let reads_rvar = |e: &Expr| {
+        let mut found = false;
+        e.visit(&mut |x| found |= matches!(x, Expr::RVar(_)));
+        found
+    };
+    let mut fs = Vec::new();
+    let mut stack = vec![&out.body];
+    while let Some(e) = stack.pop() {
+        match e {
+            Expr::Bin(BinOp::Mul, a, b) => stack.extend([&**a, &**b]),
+            x => fs.push(x),
+        }
+    }
+    assert!(fs.iter().all(|f| reads_rvar(f)), "{:?}", out.body);
+    assert_ne!(before.stage(q.outputs[0]), Some(out), "nothing was hoisted");
+    let fin = out.reduce.as_ref().and_then(|r| r.finalize.as_ref());
+    assert!(
+        fin.is_some_and(|f| matches!(f, Expr::Bin(BinOp::Mul, ..))),
+        "{fin:?}"
+    );
+    let xt = Tensor::from_f32(&[1, 4, 8], &ramp(32, 0.37));
+    let run = |p| crate::te::run_program(p, std::slice::from_ref(&xt))[0].to_f32();
+    for (a, b) in run(&p).iter().zip(run(&q)) {
+        assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
+    }
+}
