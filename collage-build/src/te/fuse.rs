@@ -141,32 +141,14 @@ fn is_epilogue(p: &Program, readers: &[Vec<BufId>], k: BufId) -> bool {
     if kst.reduce.is_some() || kst.exec != Exec::Generated {
         return false;
     }
-    let vars: Vec<Expr> = (0..kst.ty.rank()).map(Expr::var).collect();
-    let flat = Expr::flatten(&vars, &kst.ty.shape);
     body_bufs(&kst.body).into_iter().any(|r| {
-        let Some(rst) = p.stage(r) else { return false };
-        let rbuf = &p.bufs[r.index()];
-        if rst.reduce.is_none()
-            || rst.exec != Exec::Generated
-            || rst.part != kst.part
-            || p.outputs.contains(&r)
-            || rbuf.packed
-            || rst.ty.numel() != kst.ty.numel()
-            || rst.ty.dtype != kst.ty.dtype
-        {
-            return false;
-        }
-        let mut at_element = true;
-        kst.body.visit(&mut |x| match x {
-            Expr::Load(Src::Buf(b), idx) if *b == r => {
-                at_element &= is_identity_load(idx) && rst.ty.shape == kst.ty.shape
-            }
-            Expr::LoadFlat(Src::Buf(b), f) if *b == r => at_element &= **f == flat,
-            _ => {}
-        });
+        let generated = p
+            .stage(r)
+            .is_some_and(|rst| rst.reduce.is_some() && rst.exec == Exec::Generated);
         // Every other reader is an elementwise stage only `k` reads (inlined into it):
         // then `k` is the contraction's only reader once inlining is done.
-        at_element
+        generated
+            && takes_epilogue(p, r, kst)
             && readers[r.index()].iter().all(|&q| {
                 q == k
                     || (readers[q.index()] == [k]
@@ -337,6 +319,40 @@ fn is_identity_load(idx: &[Expr]) -> bool {
     idx.iter().enumerate().all(|(k, e)| *e == Expr::var(k))
 }
 
+/// Whether elementwise stage `cst` can become the epilogue of reduction `k`, readers aside:
+/// the same partition, size and type, `k` neither an output nor packed nor a pooling primitive
+/// (which computes its own finalize and nothing else), and every read of `k` in `cst` the
+/// element `cst` computes (the same flat position).
+fn takes_epilogue(p: &Program, k: BufId, cst: &Stage) -> bool {
+    let Some(pst) = p.stage(k) else { return false };
+    let kbuf = &p.bufs[k.index()];
+    let pooling = pst
+        .exec
+        .window()
+        .is_some_and(|d| d.kind != super::WindowKind::Conv);
+    if pst.reduce.is_none()
+        || pooling
+        || pst.part != cst.part
+        || p.outputs.contains(&k)
+        || kbuf.packed
+        || pst.ty.numel() != cst.ty.numel()
+        || pst.ty.dtype != cst.ty.dtype
+    {
+        return false;
+    }
+    let c_vars: Vec<Expr> = (0..cst.ty.rank()).map(Expr::var).collect();
+    let c_flat = Expr::flatten(&c_vars, &cst.ty.shape);
+    let mut ok = true;
+    cst.body.visit(&mut |x| match x {
+        Expr::Load(Src::Buf(b), idx) if *b == k => {
+            ok &= is_identity_load(idx) && kbuf.ty.shape == cst.ty.shape
+        }
+        Expr::LoadFlat(Src::Buf(b), f) if *b == k => ok &= **f == c_flat,
+        _ => {}
+    });
+    ok
+}
+
 fn fuse_epilogues(p: &mut Program) {
     let mut readers = p.readers();
     for c in 0..p.bufs.len() {
@@ -352,34 +368,7 @@ fn fuse_epilogues(p: &mut Program) {
             let BufKind::Stage(cst) = &p.bufs[c].kind else {
                 unreachable!()
             };
-            let kbuf = &p.bufs[k.index()];
-            // A pooling primitive computes its own finalize and nothing else.
-            let pooling = pst
-                .exec
-                .window()
-                .is_some_and(|d| d.kind != super::WindowKind::Conv);
-            if readers[k.index()] != [BufId::new(c)]
-                || pooling
-                || pst.part != cst.part
-                || p.outputs.contains(&k)
-                || kbuf.packed
-                || pst.ty.numel() != cst.ty.numel()
-                || pst.ty.dtype != cst.ty.dtype
-            {
-                continue;
-            }
-            // Every read of P must be the element C computes: the same flat position.
-            let c_vars: Vec<Expr> = (0..cst.ty.rank()).map(Expr::var).collect();
-            let c_flat = Expr::flatten(&c_vars, &cst.ty.shape);
-            let mut ok = true;
-            cst.body.visit(&mut |x| match x {
-                Expr::Load(Src::Buf(b), idx) if *b == k => {
-                    ok &= is_identity_load(idx) && kbuf.ty.shape == cst.ty.shape
-                }
-                Expr::LoadFlat(Src::Buf(b), f) if *b == k => ok &= **f == c_flat,
-                _ => {}
-            });
-            if !ok {
+            if readers[k.index()] != [BufId::new(c)] || !takes_epilogue(p, k, cst) {
                 continue;
             }
             let prev = red.finalize.clone().unwrap_or(Expr::Acc);

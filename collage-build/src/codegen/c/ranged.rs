@@ -305,9 +305,8 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
             }
             _ => None,
         };
-        match (&st.reduce, row) {
-            (None, _) if padding.is_some() => {
-                let (g, fill) = padding.expect("checked");
+        match (&st.reduce, row, padding) {
+            (None, _, Some((g, fill))) => {
                 let (lo, hi, outer) = bounds(&g);
                 out.line(format!("int64_t lo = {lo}, hi = {hi};"));
                 if !outer.is_empty() {
@@ -330,13 +329,13 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
                     "for (int64_t i{l} = hi; i{l} < n{l}; ++i{l}) b{id}[{flat}] = {fill};"
                 ));
             }
-            (None, _) => {
+            (None, _, None) => {
                 let body = invariant_reads(out, &em, &st.body, l as u32, &c);
                 inner(out);
                 out.line(format!("b{id}[{flat}] = {body};"));
                 out.close("}");
             }
-            (Some(red), Some(room)) => {
+            (Some(red), Some(room), _) => {
                 let init = scalar(red.op.init(st.ty.dtype));
                 out.line(format!("{cty} accr[{room}];"));
                 inner(out);
@@ -414,7 +413,7 @@ fn emit_run(out: &mut CWriter, r: &Ranged, locs: &[Location], symbol: &str, isa:
                 ));
                 out.close("}");
             }
-            (Some(red), None) => {
+            (Some(red), None, _) => {
                 if rank > 0 {
                     out.open(format!("for (int64_t i{l} = 0; i{l} < n{l}; ++i{l}) {{"));
                 } else {
