@@ -258,7 +258,8 @@ fn plans_of_snippet(path: &Path, source: &str) -> String {
 }
 
 /// Every stage's AVX-512 plan (`library call` for a stage a library computes whole), one line
-/// each, then the groups: the text of the `.sched.txt` goldens and of the plan filetests.
+/// each, then the groups and the tile graph: the text of the `.sched.txt` goldens and of the
+/// plan filetests.
 fn plan_lines(p: &collage_build::te::Program) -> String {
     let mut out = String::new();
     for (k, b) in p.bufs.iter().enumerate() {
@@ -292,5 +293,7 @@ fn plan_lines(p: &collage_build::te::Program) -> String {
         )
         .unwrap();
     }
+    let target = collage_build::target::Target::for_build();
+    out.push_str(&collage_build::schedule::tile_graph(p, &target).render(p));
     out
 }

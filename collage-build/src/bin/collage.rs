@@ -479,6 +479,13 @@ fn run(cli: Cli) -> collage_build::Result<ExitCode> {
                     &collage_build::target::Target::for_build()
                 ))
             );
+            print!(
+                "{}",
+                collage_build::report::render_tile_graph(
+                    &c,
+                    &collage_build::target::Target::for_build()
+                )
+            );
             warn_misses(&c, place.cache.as_deref(), &model, &place.bind);
             let pr = if profile {
                 let work = work_dir("profile");

@@ -663,6 +663,11 @@ mod plan_renumbering {
                 .collect(),
             plans: Vec::new(),
             parallel_calls: Vec::new(),
+            absorbed: p
+                .absorbed
+                .iter()
+                .map(|(b, k)| (BufId(b.0 + 1), BufId(k.0 + 1)))
+                .collect(),
         };
         for b in &p.bufs {
             let mut b = b.clone();

@@ -25,6 +25,9 @@ pub struct Page {
     /// Edges as (producer node index, consumer node index). Indices out of range and self loops
     /// are ignored; duplicates are drawn once.
     pub edges: Vec<(usize, usize)>,
+    /// The tile-graph level of each of [`Page::edges`] (`register`, `L1`, `L2`, `L3`,
+    /// `memory`): the edge's tooltip, its width deeper levels wider. Missing: no level drawn.
+    pub edge_levels: Vec<String>,
     /// One row per partition, for the table below the graph.
     pub parts: Vec<PartRow>,
     /// Groups of stages that run as one loop of instances; their nodes get a dashed outline.
@@ -106,6 +109,17 @@ const NODE_H: i64 = 40;
 const GAP_X: i64 = 24;
 const GAP_Y: i64 = 44;
 const MARGIN: i64 = 16;
+/// An edge's stroke width for its tile-graph level (deeper, wider).
+fn level_width(level: &str) -> f64 {
+    match level {
+        "register" => 3.4,
+        "L1" => 2.8,
+        "L2" => 2.2,
+        "L3" => 1.7,
+        _ => 1.1,
+    }
+}
+
 /// Spacing of the vertical lanes that edges spanning several rows take beside the nodes.
 const LANE_GAP: i64 = 12;
 /// Characters of op type / short name that fit in a node box.
@@ -594,6 +608,9 @@ pub fn render(page: &Page) -> String {
             if parts == 1 { "" } else { "s" },
         );
     }
+    if !page.edge_levels.is_empty() {
+        o.push_str("<span class=\"lg\">edges: the level producer and consumer meet at, wider deeper: register, L1, L2, L3, memory</span>\n");
+    }
     o.push_str("</div>\n");
 
     if !page.profile.is_empty() {
@@ -617,9 +634,27 @@ pub fn render(page: &Page) -> String {
         } else {
             "e x".to_string()
         };
+        // The tile-graph level: in the tooltip, and deeper levels drawn wider.
+        let level = page
+            .edges
+            .iter()
+            .position(|&e| e == (p, c))
+            .and_then(|i| page.edge_levels.get(i));
+        let (width, title) = match level {
+            Some(l) => (
+                format!(" style=\"stroke-width:{}\"", level_width(l)),
+                format!(
+                    "<title>{} -&gt; {}: {}</title>",
+                    escape(&a.name),
+                    escape(&b.name),
+                    escape(l)
+                ),
+            ),
+            None => (String::new(), String::new()),
+        };
         let _ = writeln!(
             o,
-            "<path class=\"{class}\" d=\"{d}\" marker-end=\"url(#arrow)\"/>"
+            "<path class=\"{class}\"{width} d=\"{d}\" marker-end=\"url(#arrow)\">{title}</path>"
         );
     }
     o.push_str("</g>\n<g class=\"nodes\">\n");
@@ -803,6 +838,9 @@ mod tests {
                 detail: "49 instances".into(),
             }],
             nodes,
+            edge_levels: (0..edges.len())
+                .map(|i| ["register", "L1", "L2", "L3", "memory"][i % 5].into())
+                .collect(),
             edges,
             parts,
             // More kernels than the chart draws: the rest in one bar.
@@ -885,6 +923,7 @@ mod tests {
                 node("b", "Relu", 1, "c"),
             ],
             edges: vec![(0, 1)],
+            edge_levels: vec![evil.into()],
             parts: vec![PartRow {
                 index: 0,
                 backend: evil.into(),
@@ -961,6 +1000,15 @@ mod tests {
         assert!(html.contains("<b>c</b>: 15 nodes, 9 partitions"));
         let edges = valid_edges(page.nodes.len(), &page.edges);
         assert_eq!(html.matches("<path class=\"e").count(), edges.len());
+        // Every edge names its tile-graph level in its tooltip and is drawn at its width.
+        for &(a, b) in &edges {
+            let i = page.edges.iter().position(|&e| e == (a, b)).unwrap();
+            let level = &page.edge_levels[i];
+            let (a, b) = (escape(&page.nodes[a].name), escape(&page.nodes[b].name));
+            assert!(html.contains(&format!("<title>{a} -&gt; {b}: {level}</title>")));
+        }
+        assert!(html.contains("style=\"stroke-width:3.4\""));
+        assert!(html.contains("style=\"stroke-width:1.1\""));
     }
 
     #[test]

@@ -254,6 +254,12 @@ fn render_group_lines(title: &str, what: &str, lines: &[(String, String, String)
     out
 }
 
+/// The tile graph section of `collage explain` ([`crate::schedule::tiles`]): the level every
+/// producer meets its consumer at, for the `target` the model was compiled for.
+pub fn render_tile_graph(c: &Compiled, target: &Target) -> String {
+    crate::schedule::tile_graph(&c.program, target).render(&c.program)
+}
+
 /// Node names of `nodes`, with op types, shortened for a report line.
 fn node_list(g: &crate::ir::Graph, nodes: &[usize], max: usize) -> String {
     let mut names: Vec<String> = nodes
@@ -418,6 +424,7 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
     }
     edges.sort_unstable();
     edges.dedup();
+    let edge_levels = edge_levels(c, &target, &edges);
     let nodes = g
         .nodes
         .iter()
@@ -468,10 +475,67 @@ pub fn html_page(c: &Compiled, ks: &[KernelReport]) -> html::Page {
         summary,
         nodes,
         edges,
+        edge_levels,
         parts,
         groups,
         ..html::Page::default()
     }
+}
+
+/// The tile-graph level of every graph edge of the page: `register` where the producer node has
+/// no kernel of its own or shares one with the consumer (fusion computes it in the consumer's
+/// loops), else the deepest level of a tile-graph edge from a kernel of the producer's to one
+/// of the consumer's, `memory` when there is none. A node's kernels are the stages named after
+/// it (`<node>_<k>`) and the kernels that compute its stages fusion removed (a removed stage's
+/// buffer keeps that name, or its node's output value's).
+fn edge_levels(c: &Compiled, target: &Target, edges: &[(usize, usize)]) -> Vec<String> {
+    let p = &c.program;
+    let g = &c.graph;
+    let tg = &crate::schedule::tile_graph(p, target);
+    let of_node = |n: usize, b: BufId| {
+        let node = &g.nodes[n];
+        let name = p
+            .stage(b)
+            .map_or(p.bufs[b.index()].name.as_str(), |s| s.name.as_str());
+        name.rsplit_once('_')
+            .is_some_and(|(base, _)| base == node.name)
+            || node
+                .outputs
+                .iter()
+                .any(|&v| g.values[v.0 as usize].name == name)
+    };
+    let kernels_of = |n: usize| -> Vec<BufId> {
+        let mut ks: Vec<BufId> = tg
+            .kernels
+            .iter()
+            .copied()
+            .filter(|&k| of_node(n, k))
+            .collect();
+        ks.extend(
+            tg.edges
+                .iter()
+                .filter(|e| e.level == crate::schedule::Level::Register && of_node(n, e.from))
+                .map(|e| e.to),
+        );
+        ks.sort_unstable();
+        ks.dedup();
+        ks
+    };
+    edges
+        .iter()
+        .map(|&(a, b)| {
+            let (ka, kb) = (kernels_of(a), kernels_of(b));
+            let level = if ka.is_empty() || ka.iter().any(|k| kb.contains(k)) {
+                crate::schedule::Level::Register
+            } else {
+                ka.iter()
+                    .flat_map(|&x| kb.iter().filter_map(move |&y| tg.level(x, y)))
+                    .min()
+                    .unwrap_or(crate::schedule::Level::Memory)
+            };
+            level.name().to_string()
+        })
+        .collect()
 }
 
 /// The text report: one line per kernel, then the totals.

@@ -10,9 +10,11 @@ pub mod layout;
 pub mod pad;
 pub mod plan;
 pub mod rows;
+pub mod tiles;
 
 pub use arena::{buf_ptr, plan_arena, ArenaPlan, LiveRange, Location};
 pub use bands::plan_band_groups;
 pub use group::{plan_groups, GroupInfo};
 pub use plan::{parallel_calls, plan_program, plan_stage, tile_widths};
 pub use rows::{plan_row_groups, RowGroupInfo};
+pub use tiles::{tile_graph, Level, TileGraph};

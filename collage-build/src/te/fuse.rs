@@ -40,6 +40,12 @@ fn count_loads(e: &Expr, b: BufId) -> usize {
 /// Fuses `p` in place. Buffers that no stage reads any more and that are not outputs become
 /// [`BufKind::Dead`].
 pub fn fuse(p: &mut Program) {
+    let before = p.readers();
+    let stages: Vec<bool> = p
+        .bufs
+        .iter()
+        .map(|b| matches!(b.kind, BufKind::Stage(_)))
+        .collect();
     // Epilogues first, so that an elementwise consumer of a contraction (a bias add) is computed
     // once per output element instead of being inlined into every reader's inner loop; then
     // inlining, which can expose more epilogues.
@@ -51,6 +57,7 @@ pub fn fuse(p: &mut Program) {
     mark_dead(p);
     fuse_epilogues(p);
     mark_dead(p);
+    record_absorbed(p, &stages, &before);
     let shapes: Vec<Vec<usize>> = p.bufs.iter().map(|b| b.ty.shape.clone()).collect();
     for b in &mut p.bufs {
         if let BufKind::Stage(st) = &mut b.kind {
@@ -395,6 +402,44 @@ fn fuse_epilogues(p: &mut Program) {
             break;
         }
     }
+}
+
+/// Records in `p.absorbed` which kernels compute the stages fusion removed or copied into
+/// their readers: `stages` marks the buffers that were stages before fusion and `before` holds
+/// every buffer's readers then. A pre-fusion reader `r` of stage `b` that is a kernel now and no
+/// longer reads `b` computes `b` itself; a reader that fusion removed passes `b` on to the
+/// kernels that compute it. Readers have higher indices than what they read, so one pass from
+/// the last buffer down sees every reader's kernels first.
+fn record_absorbed(p: &mut Program, stages: &[bool], before: &[Vec<BufId>]) {
+    let after = p.readers();
+    let live = |b: BufId| matches!(p.bufs[b.index()].kind, BufKind::Stage(_));
+    let mut homes: Vec<Vec<BufId>> = vec![Vec::new(); stages.len()];
+    let mut out = Vec::new();
+    for b in (0..stages.len()).rev() {
+        if !stages[b] {
+            continue;
+        }
+        let id = BufId::new(b);
+        let mut into: Vec<BufId> = Vec::new();
+        for &r in &before[b] {
+            if live(r) {
+                into.push(r);
+            } else {
+                into.extend(homes[r.index()].iter().copied());
+            }
+        }
+        into.sort_unstable();
+        into.dedup();
+        into.retain(|&k| k != id && !after[b].contains(&k));
+        out.extend(into.iter().map(|&k| (id, k)));
+        if !live(id) {
+            homes[b] = into;
+        }
+    }
+    out.sort_unstable();
+    p.absorbed.extend(out);
+    p.absorbed.sort_unstable();
+    p.absorbed.dedup();
 }
 
 fn mark_dead(p: &mut Program) {

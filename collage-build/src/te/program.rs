@@ -121,6 +121,11 @@ pub struct Program {
     /// thread): their thread split, chosen with the plans (`codegen::plan`), printed by the
     /// emitter.
     pub parallel_calls: Vec<BufId>,
+    /// What fusion computes at registers (`te::fuse`): `(b, k)` when stage `b`'s values are
+    /// computed inside kernel `k` (inlined into its loops, or `k`'s epilogue applied to `b`'s
+    /// accumulator) instead of read from `b`'s buffer; sorted. The tile graph's register
+    /// edges (`schedule::tiles`).
+    pub absorbed: Vec<(BufId, BufId)>,
 }
 
 /// Two stages that run as one loop of instances (GraphTurbo §3–4): each instance is a range of

@@ -2,4 +2,5 @@
 //! they live here rather than beside the code they test.
 mod dnnl;
 mod fusion;
+mod tiles;
 mod types;
