@@ -16,8 +16,20 @@
 //! solves approximately).
 use std::collections::HashSet;
 
-/// The plan kinds that tell what a kernel computes (its type, beside the ranks of its loops).
-const TYPE_KINDS: [&str; 4] = ["register-blocked", "depthwise", "elementwise", "scan"];
+/// What a plan kind tells of the computation it fits (ETO's operator type), for the kinds that
+/// tell one: a contraction register-blocks or vectorises along its output channels, a
+/// depthwise window runs on planes, a pooling window slides, a map is elementwise, a scan
+/// carries a value along its loop. `plain` and `row` fit many computations and tell none.
+fn class(kind: &str) -> Option<&'static str> {
+    match kind {
+        "register-blocked" | "channel-vectorised" => Some("contraction"),
+        "depthwise" => Some("depthwise"),
+        "window" => Some("window"),
+        "elementwise" => Some("elementwise"),
+        "scan" => Some("scan"),
+        _ => None,
+    }
+}
 
 /// A kernel's loop nest, as reuse pairs see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,15 +63,15 @@ impl Nest {
         self.kinds_and_ranks().0
     }
 
-    /// The family's type: the ranks of its loops and the kinds that tell what it computes (a
-    /// contraction register-blocks, a depthwise window runs on planes, a map is elementwise, a
-    /// scan carries a value along its loop).
-    fn type_of(&self) -> (Vec<&str>, &str) {
+    /// The family's type: the ranks of its loops and the classes of the kinds that tell what it
+    /// computes ([`class`]): a convolution whose rows are too short to register-block (its
+    /// kinds: channel-vectorised, plain) is a contraction as a product that register-blocks is,
+    /// never a plain reduction.
+    fn type_of(&self) -> (Vec<&'static str>, &str) {
         let (kinds, ranks) = self.kinds_and_ranks();
-        let typed = kinds
-            .into_iter()
-            .filter(|k| TYPE_KINDS.contains(k))
-            .collect();
+        let mut typed: Vec<&'static str> = kinds.into_iter().filter_map(class).collect();
+        typed.sort_unstable();
+        typed.dedup();
         (typed, ranks)
     }
 
@@ -105,7 +117,8 @@ impl Nest {
 
     /// The 1-hop bridge of `self` and `o` (Def. 5): the element-wise minimum of their
     /// extents, of the kinds both fit (so that it serves both), for two nests of one type and
-    /// rank that are no reuse pair.
+    /// rank that are no reuse pair, and only where the kinds both fit are of that type (a
+    /// contraction's bridge that fits only the plain kind would tune nothing of either).
     pub fn bridge(&self, o: &Nest) -> Option<Nest> {
         let (kinds, ranks) = self.kinds_and_ranks();
         let theirs = o.kinds();
@@ -115,7 +128,14 @@ impl Nest {
         } else {
             format!("{}/{ranks}", common.join(","))
         };
+        let kinds_type = {
+            let mut t: Vec<&'static str> = common.iter().copied().filter_map(class).collect();
+            t.sort_unstable();
+            t.dedup();
+            t
+        };
         (self.type_of() == o.type_of()
+            && kinds_type == self.type_of().0
             && !common.is_empty()
             && self.extents.len() == o.extents.len()
             && !self.reuse_source(o)
@@ -450,6 +470,29 @@ mod tests {
     /// Kernels of one type whose sketch sets differ (the kinds that fit depend on extents): a
     /// plan of the kernel that fits fewer kinds can be realised for one that fits more, not the
     /// other way round, and another type (a row reduction beside a contraction) never serves.
+    /// A convolution over rows too short to register-block (channel-vectorised or plain) is a
+    /// contraction: a plain reduction of its ranks never serves it, and its bridge with a
+    /// register-blocked product is none when the two share only the plain kind (that bridge
+    /// would tune neither's plans). Pooling windows are a type of their own.
+    #[test]
+    fn channel_vectorised_kernels_are_contractions() {
+        let conv = Nest::new("channel-vectorised,plain/3/1", vec![1, 64, 12544, 147]);
+        let conv2 = Nest::new("channel-vectorised,plain/3/1", vec![1, 128, 784, 576]);
+        let mean = Nest::new("plain/3/1", vec![1, 64, 49, 147]);
+        let gemm = Nest::new("register-blocked,row,plain/3/1", vec![1, 128, 196, 64]);
+        assert!(!mean.serves(&conv) && !conv.serves(&mean));
+        assert!(conv.bridge(&mean).is_none() && mean.bridge(&conv).is_none());
+        assert!(!gemm.serves(&conv) && !conv.serves(&gemm));
+        assert!(conv.bridge(&gemm).is_none());
+        // Two channel-vectorised convolutions are one type; their bridge serves both.
+        let b = conv.bridge(&conv2).expect("a bridge");
+        assert_eq!(b.extents, vec![1, 64, 784, 147]);
+        assert!(b.reuse_source(&conv) && b.reuse_source(&conv2));
+        let pool = Nest::new("window,plain/4/2", vec![1, 64, 56, 56, 3, 3]);
+        let reduce = Nest::new("plain/4/2", vec![1, 64, 56, 56, 3, 3]);
+        assert!(!reduce.serves(&pool) && !pool.serves(&reduce));
+    }
+
     #[test]
     fn a_smaller_sketch_set_serves_a_larger_one_of_its_type() {
         let few = Nest::new("register-blocked,plain/3/1", vec![1, 96, 12544, 16]);
