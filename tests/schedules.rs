@@ -271,7 +271,7 @@ fn convolutions_through_im2col_and_direct() {
     assert_eq!((grp.cols, grp.instances, grp.slots), (64, 25, 25));
     assert_eq!(info.tile, [1, 12, 64]);
     assert_eq!(info.region, [1, 27, 64]);
-    assert_eq!(info.level, "L2");
+    assert_eq!(info.level.name(), "L2");
     assert_eq!(info.traffic_apart - info.traffic, 2 * 27 * 1600 * 4);
     for (i, (xs, ws, s, p, group)) in cases.iter().enumerate() {
         check(&format!("conv{i}"), xs, |g, x| {

@@ -521,10 +521,11 @@ fn edge_levels(c: &Compiled, target: &Target, edges: &[(usize, usize)]) -> Vec<S
         ks.dedup();
         ks
     };
+    let kernels: Vec<Vec<BufId>> = (0..g.nodes.len()).map(kernels_of).collect();
     edges
         .iter()
         .map(|&(a, b)| {
-            let (ka, kb) = (kernels_of(a), kernels_of(b));
+            let (ka, kb) = (&kernels[a], &kernels[b]);
             let level = if ka.is_empty() || ka.iter().any(|k| kb.contains(k)) {
                 crate::schedule::Level::Register
             } else {

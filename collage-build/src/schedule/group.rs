@@ -177,7 +177,7 @@ pub struct GroupInfo {
     pub footprint: usize,
     /// Where the producer's slot stays between being written and read: `L2` when the step fits
     /// half of L2, else `L3`.
-    pub level: &'static str,
+    pub level: super::Level,
     /// Predicted memory traffic in bytes of the two stages as a group: the producer's inputs,
     /// the consumer's other operands per instance, its output.
     pub traffic: usize,
@@ -213,7 +213,11 @@ pub fn describe(p: &Program, g: &Group, target: &Target) -> GroupInfo {
         tile,
         region,
         footprint: foot,
-        level: if foot <= l2 / 2 { "L2" } else { "L3" },
+        level: if foot <= l2 / 2 {
+            super::Level::L2
+        } else {
+            super::Level::L3
+        },
         traffic,
         traffic_apart: traffic + 2 * prod.ty.bytes(),
     }

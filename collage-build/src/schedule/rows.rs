@@ -354,7 +354,7 @@ pub struct RowGroupInfo {
     pub footprint: usize,
     /// Where a member's scratch is read back: `L1` when one instance's slots fit half of L1d,
     /// else `L2`.
-    pub level: &'static str,
+    pub level: super::Level,
     /// Bytes of scratch one instance writes and reads (every scratch buffer's slot).
     pub slot_bytes: usize,
     /// Memory traffic the scratch saves against the members apart: each scratch buffer
@@ -389,9 +389,9 @@ pub fn describe(p: &Program, g: &RowGroup, target: &Target) -> RowGroupInfo {
         tile,
         footprint: foot,
         level: if slot_bytes <= cpu.l1d / 2 {
-            "L1"
+            super::Level::L1
         } else {
-            "L2"
+            super::Level::L2
         },
         slot_bytes,
         saved: g

@@ -67,15 +67,12 @@ impl Level {
             Level::L3 | Level::Memory => "global",
         }
     }
+}
 
-    /// The level `describe` names (`"L1"`, `"L2"`, `"L3"`).
-    fn of(name: &str) -> Level {
-        match name {
-            "L1" => Level::L1,
-            "L2" => Level::L2,
-            "L3" => Level::L3,
-            _ => Level::Memory,
-        }
+impl std::fmt::Display for Level {
+    /// The CPU name ([`Level::name`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -164,7 +161,7 @@ pub fn tile_graph(p: &Program, target: &Target) -> TileGraph {
                 .iter()
                 .find(|(g, _)| g.producer == b && g.consumer == c)
             {
-                (Level::of(info.level), Via::Group(g.consumer))
+                (info.level, Via::Group(g.consumer))
             } else if let Some((g, info)) = rows
                 .iter()
                 .find(|(g, _)| g.stages.contains(&b) && g.stages.contains(&c))
@@ -173,7 +170,7 @@ pub fn tile_graph(p: &Program, target: &Target) -> TileGraph {
                     last: g.last(),
                     scratch: g.scratch.contains(&b),
                 };
-                (Level::of(info.level), via)
+                (info.level, via)
             } else {
                 (Level::Memory, Via::Buffer)
             };

@@ -436,7 +436,6 @@ fn record_absorbed(p: &mut Program, stages: &[bool], before: &[Vec<BufId>]) {
             homes[b] = into;
         }
     }
-    out.sort_unstable();
     p.absorbed.extend(out);
     p.absorbed.sort_unstable();
     p.absorbed.dedup();

@@ -31,6 +31,14 @@ fn class(kind: &str) -> Option<&'static str> {
     }
 }
 
+/// The classes of `kinds` ([`class`]), sorted, each once: a type.
+fn classes<'a>(kinds: impl IntoIterator<Item = &'a str>) -> Vec<&'static str> {
+    let mut t: Vec<&'static str> = kinds.into_iter().filter_map(class).collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
 /// A kernel's loop nest, as reuse pairs see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Nest {
@@ -69,10 +77,7 @@ impl Nest {
     /// never a plain reduction.
     fn type_of(&self) -> (Vec<&'static str>, &str) {
         let (kinds, ranks) = self.kinds_and_ranks();
-        let mut typed: Vec<&'static str> = kinds.into_iter().filter_map(class).collect();
-        typed.sort_unstable();
-        typed.dedup();
-        (typed, ranks)
+        (classes(kinds), ranks)
     }
 
     /// Whether a plan of `self` can be realised for `o`: both of one type (ETO's operator
@@ -128,14 +133,8 @@ impl Nest {
         } else {
             format!("{}/{ranks}", common.join(","))
         };
-        let kinds_type = {
-            let mut t: Vec<&'static str> = common.iter().copied().filter_map(class).collect();
-            t.sort_unstable();
-            t.dedup();
-            t
-        };
         (self.type_of() == o.type_of()
-            && kinds_type == self.type_of().0
+            && classes(common.iter().copied()) == self.type_of().0
             && !common.is_empty()
             && self.extents.len() == o.extents.len()
             && !self.reuse_source(o)
