@@ -423,6 +423,40 @@ fn depthwise_convolutions_over_padded_planes() {
             node(g, "Relu", Attrs::default(), vec![y])
         });
     }
+    // Whole planes run flat across rows (column masks, zero margins) in the narrower
+    // variants too: 8 and 4 lanes, a 14x14 plane, a 5x5 window over 7x7, a dilated window,
+    // rows of 5 (a plane of 30 pixels, the last vector overlapping).
+    for isa in [Isa::Avx2, Isa::Base] {
+        for (i, &(xs, k, pad, dil)) in [
+            (&[1usize, 3, 14, 14][..], 3usize, 1i64, 1i64),
+            (&[1, 2, 7, 7], 5, 2, 1),
+            (&[1, 3, 12, 12], 3, 2, 2),
+            (&[1, 2, 6, 5], 3, 1, 1),
+        ]
+        .iter()
+        .enumerate()
+        {
+            check_isa(
+                &format!("dw_flat{i}_{isa}"),
+                xs,
+                &c_only,
+                &["-O2"],
+                isa,
+                |g, x| {
+                    let c = xs[1];
+                    let w = g.add_const("w", rand(&[c, 1, k, k], 11));
+                    let mut a = ints(&[
+                        ("pads", vec![pad; 4]),
+                        ("dilations", vec![dil, dil]),
+                        ("kernel_shape", vec![k as i64, k as i64]),
+                    ]);
+                    a.0.insert("group".into(), Attr::Int(c as i64));
+                    let y = node(g, "Conv", a, vec![x, w]);
+                    node(g, "Relu", Attrs::default(), vec![y])
+                },
+            );
+        }
+    }
     // A residual added in the epilogue (rows of 21: whole vectors and a remainder); 16
     // channels of 7x7, where the residual keeps the stage off the channel-blocked plan.
     for (name, xs) in [

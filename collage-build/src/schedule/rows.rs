@@ -16,7 +16,10 @@
 //! register-blocked member's rows per tile, [`crate::te::RowTrips`]). Tile propagation gives what
 //! one instance reads; a stage joins a group only when the instance step of the smallest block —
 //! the scratch slots, the members' other operands over the block, their outputs — fits half of
-//! the build target's L2 (a matmul whose whole weight every block would read again stays out).
+//! the build target's L2 (a matmul whose whole weight every block would read again stays out),
+//! or fits twice L2 and pays by Welder's traffic model ([`pays`]: the scratch's round trip to
+//! memory it saves outweighs what its instances read again from the last-level cache — an
+//! expansion at 112x112 whose 800 KB input every block of channels reads).
 //! Among the blocks of a power-of-two count of granules whose step fits and that leave at least
 //! [`MIN_INSTANCES`](super::group::MIN_INSTANCES) instances (all that fit when none does), the
 //! block is the largest whose scratch slots fit half of L1d — the intermediates meet their
@@ -198,11 +201,46 @@ fn step_bytes(p: &Program, stages: &[BufId], dims: usize, block: usize, sc: &[Bu
     bytes
 }
 
+/// Bytes from memory worth as much time as one byte read again from the last-level cache:
+/// the ratio of the two bandwidths a core sees (measured on Zen 4 and Sapphire Rapids: 41 and
+/// 110 GB/s for two threads of one core, 2.7; 2.5 rounds it down).
+pub const MEMORY_PER_CACHE: f64 = 2.5;
+
+/// Bytes the members' operands other than members are read beyond once, over `instances`
+/// instances of `block` positions: an operand that every instance reads whole (the input of an
+/// expansion split along its output channels) is read again by each.
+fn reread_bytes(p: &Program, stages: &[BufId], dims: usize, block: usize) -> usize {
+    let shape = &p.stage(stages[0]).expect("a member is a stage").ty.shape;
+    let rows: usize = shape[..dims].iter().product();
+    let n = instances(rows, shape[dims - 1], block);
+    let mut bytes = 0;
+    for &b in stages {
+        let st = p.stage(b).expect("a member is a stage");
+        let tile = block_tile(&st.ty.shape, dims, block);
+        for r in propagate(p, st, &tile, None) {
+            if stages.contains(&r.buf) {
+                continue;
+            }
+            let whole = p.bufs[r.buf.index()].ty.bytes();
+            bytes += (r.bytes() * n).saturating_sub(whole);
+        }
+    }
+    bytes
+}
+
+/// Whether a group whose step at `block` exceeds half of L2 (but fits twice L2) still pays, by
+/// Welder's traffic model: its scratch's round trip to memory, which it saves, costs more than
+/// reading the operands that every instance reads again from the last-level cache.
+fn pays(p: &Program, stages: &[BufId], dims: usize, block: usize, sc: &[BufId]) -> bool {
+    let saved: usize = sc.iter().map(|&b| 2 * p.bufs[b.index()].ty.bytes()).sum();
+    saved as f64 * MEMORY_PER_CACHE > reread_bytes(p, stages, dims, block) as f64
+}
+
 /// The row groups of planned program `p` for `target` (see the module's text); `seed` draws
 /// each group's block among those that fit.
 pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<RowGroup> {
     let cpu = target.host_cpu();
-    let (cap, near) = (cpu.l2 / 2, cpu.l1d / 2);
+    let (cap, near, most) = (cpu.l2 / 2, cpu.l1d / 2, cpu.l2 * 2);
     let readers = p.readers();
     // Open groups: members in order and the dimensions they share.
     let mut open: Vec<(Vec<BufId>, usize)> = Vec::new();
@@ -214,8 +252,13 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         let shape = &p.stage(stages[0]).expect("a member is a stage").ty.shape;
         let rows: usize = shape[..dims].iter().product();
         let first = block_sizes(rows, shape[dims - 1], gs)[0];
+        // A group of one instance is none (a member joining at the batch dimension alone).
+        if instances(rows, shape[dims - 1], first) < 2 {
+            return false;
+        }
         let sc = scratch(p, stages, &readers);
-        step_bytes(p, stages, dims, first, &sc) <= cap
+        let step = step_bytes(p, stages, dims, first, &sc);
+        step <= cap || (step <= most && pays(p, stages, dims, first, &sc))
     };
     for b in p.buf_ids() {
         if !candidate(p, b) {
@@ -289,11 +332,21 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         if sc.is_empty() {
             continue;
         }
-        // The blocks whose step fits.
-        let blocks: Vec<usize> = block_sizes(rows, row, gs)
-            .into_iter()
+        // The blocks whose step fits, else those whose traffic pays (see `pays`).
+        let sizes = block_sizes(rows, row, gs);
+        let mut blocks: Vec<usize> = sizes
+            .iter()
+            .copied()
             .take_while(|&b| step_bytes(p, &stages, dims, b, &sc) <= cap)
             .collect();
+        if blocks.is_empty() {
+            blocks = sizes
+                .into_iter()
+                .take_while(|&b| {
+                    step_bytes(p, &stages, dims, b, &sc) <= most && pays(p, &stages, dims, b, &sc)
+                })
+                .collect();
+        }
         // Enough instances for every core of a larger machine, where the granule allows.
         let many: Vec<usize> = blocks
             .iter()

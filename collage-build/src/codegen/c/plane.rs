@@ -35,6 +35,9 @@ impl PlanePlan {
         if self.chan {
             return self.emit_chan(out, em, id, st, lanes);
         }
+        if self.flat && self.emit_whole_plane(out, em, id, st, lanes) {
+            return;
+        }
         let shape = &st.ty.shape;
         let r = st.reduce.as_ref().expect("a reduction");
         let (h, w) = (self.h, self.w);
@@ -121,21 +124,8 @@ impl PlanePlan {
                 em.expr(&self.plane)
             )),
         }
-        let (ra, rb) = (h.rvar, w.rvar);
         let taps = h.taps * w.taps;
-        s.line(format!("float wv[{taps}];"));
-        s.line(format!(
-            "for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})",
-            h.taps
-        ));
-        s.indented(|s| {
-            s.line(format!(
-                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
-                w.taps,
-                w.taps,
-                em.expr(&self.weight)
-            ))
-        });
+        self.emit_tap_weights(s, em);
         if v > 1 {
             s.line(format!("{vt} wvv[{taps}];"));
             s.line(format!(
@@ -319,6 +309,170 @@ impl PlanePlan {
         s.close("}");
         s.close("}");
         s.close("}");
+    }
+
+    /// The task's channel's weights, one per tap, into `wv` (row-major over the taps).
+    fn emit_tap_weights(&self, s: &mut CWriter, em: &Emitter) {
+        let (h, w) = (self.h, self.w);
+        let (ra, rb) = (h.rvar, w.rvar);
+        s.line(format!("float wv[{}];", h.taps * w.taps));
+        s.line(format!(
+            "for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})",
+            h.taps
+        ));
+        s.indented(|s| {
+            s.line(format!(
+                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
+                w.taps,
+                w.taps,
+                em.expr(&self.weight)
+            ))
+        });
+    }
+
+    /// A flat plan's kernel when a task takes a whole plane whose output rows are as wide as
+    /// its input rows (a "same" window at unit strides), in a plain program: the plane is
+    /// copied once into a scratch between zero margins (zeroed once per call), and each output
+    /// vector of `lanes` consecutive pixels of the plane — across rows, the last one
+    /// overlapping its predecessor — reads each tap at a constant offset from its own pixel.
+    /// A tap column that would wrap into the neighbouring row is summed apart and multiplied
+    /// by its column mask (per vector position, computed once per call); rows above and below
+    /// the plane read the margins' zeros. No junk columns, no row copies in or out: the output
+    /// vectors are stored straight into the output plane. `false` (nothing printed) when the
+    /// plan is not such a plan.
+    fn emit_whole_plane(
+        &self,
+        s: &mut CWriter,
+        em: &Emitter,
+        id: BufId,
+        st: &Stage,
+        lanes: usize,
+    ) -> bool {
+        let shape = &st.ty.shape;
+        let (h, w) = (self.h, self.w);
+        let (plane_in, plane_out) = (h.input * w.input, h.out * w.out);
+        let banded = em.band.is_some_and(|(b, _)| b == self.x);
+        if banded
+            || self.parts != 1
+            || h.stride != 1
+            || w.stride != 1
+            || w.out != w.input
+            || plane_out < lanes
+            || plane_in > 8 * 1024
+        {
+            return false;
+        }
+        let r = st.reduce.as_ref().expect("a reduction");
+        let st_strides = strides(shape);
+        let o = |k: usize| if shape[k] == 1 { 0 } else { st_strides[k] };
+        let width = w.input as i64;
+        // Tap `(a, b)` of the output at flat pixel `f` reads the input at `f + off(a, b)`.
+        let off = |a: usize, b: usize| {
+            (a * h.dilation) as i64 * width + h.offset * width + (b * w.dilation) as i64 + w.offset
+        };
+        let lowest = off(0, 0).min(0);
+        let highest = plane_out as i64 - 1 + off(h.taps - 1, w.taps - 1);
+        let top = ((-lowest) as usize).next_multiple_of(MAX_LANES);
+        let bottom = (highest - plane_in as i64 + 1).max(0) as usize;
+        // The tap columns that stay in their row for every pixel need no mask.
+        let shift = |b: usize| (b * w.dilation) as i64 + w.offset;
+        let masked: Vec<usize> = (0..w.taps).filter(|&b| shift(b) != 0).collect();
+        let nv = plane_out.div_ceil(lanes);
+        let vt = format!("cl_f32x{lanes}");
+        let c1 = shape[1];
+        let taps = h.taps * w.taps;
+        s.line(format!(
+            "float pad[{}] CL_STACK_ALIGNED;",
+            top + plane_in + bottom
+        ));
+        s.line(format!(
+            "for (int64_t q = 0; q < {top}; ++q) pad[q] = 0.0f;"
+        ));
+        s.line(format!(
+            "for (int64_t q = {}; q < {}; ++q) pad[q] = 0.0f;",
+            top + plane_in,
+            top + plane_in + bottom
+        ));
+        // The pixel the output vector at position `v` starts at.
+        let first = |v: &str| {
+            format!(
+                "({v} * {lanes} + {lanes} <= {plane_out} ? {v} * {lanes} : {})",
+                plane_out - lanes
+            )
+        };
+        if !masked.is_empty() {
+            let nm = masked.len();
+            s.line(format!("float mk[{}] CL_STACK_ALIGNED;", nv * nm * lanes));
+            s.open(format!("for (int64_t v = 0; v < {nv}; ++v) {{"));
+            s.open(format!("for (int64_t l = 0; l < {lanes}; ++l) {{"));
+            s.line(format!("const int64_t x = ({} + l) % {width};", first("v")));
+            for (k, &b) in masked.iter().enumerate() {
+                s.line(format!(
+                    "mk[(v * {nm} + {k}) * {lanes} + l] = x + ({}) >= 0 && x + ({}) < {width} ? 1.0f : 0.0f;",
+                    shift(b),
+                    shift(b)
+                ));
+            }
+            s.close("}");
+            s.close("}");
+        }
+        s.open("for (int64_t o = begin; o < end; ++o) {");
+        s.line(format!("const int64_t i1 = o % {c1}, i0 = o / {c1};"));
+        for k in &self.unit_rvars {
+            s.line(format!("const int64_t r{k} = 0;"));
+        }
+        self.emit_tap_weights(s, em);
+        s.line(format!("{vt} wvv[{taps}];"));
+        s.line(format!(
+            "for (int64_t t = 0; t < {taps}; ++t) wvv[t] = ({vt}){{0}} + wv[t];"
+        ));
+        s.line(format!(
+            "__builtin_memcpy(pad + {top}, b{} + {}, {});",
+            self.x,
+            em.expr(&self.plane),
+            plane_in * 4
+        ));
+        s.line(format!("const float *restrict p = pad + {top};"));
+        // Unrolled: each vector's pixel and masks at constant offsets.
+        s.line("#pragma GCC unroll 16");
+        s.open(format!("for (int64_t v = 0; v < {nv}; ++v) {{"));
+        s.line(format!("const int64_t f = {};", first("v")));
+        let column = |b: usize| {
+            (0..h.taps)
+                .map(|a| {
+                    format!(
+                        "wvv[{}] * *(const {vt} *)(p + f + ({}))",
+                        a * w.taps + b,
+                        off(a, b)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" + ")
+        };
+        let mut sum = Vec::new();
+        for b in 0..w.taps {
+            match masked.iter().position(|&m| m == b) {
+                Some(k) => sum.push(format!(
+                    "({}) * *(const {vt} *)&mk[(v * {} + {k}) * {lanes}]",
+                    column(b),
+                    masked.len()
+                )),
+                None => sum.push(column(b)),
+            }
+        }
+        s.line(format!("const {vt} av = {};", sum.join(" + ")));
+        let value = match &r.finalize {
+            Some(f) => vector_expr_acc(em, f, 3, "0", &vt, "av"),
+            None => "av".to_string(),
+        };
+        s.line(format!(
+            "*({vt} *)&b{id}[i0 * {} + i1 * {} + f] = {value};",
+            o(0),
+            o(1)
+        ));
+        s.close("}");
+        s.close("}");
+        true
     }
 
     /// The kernel of a channel-blocked plan ([`PlanePlan::chan`]) for a variant of `lanes` f32
