@@ -25,7 +25,8 @@
 //! block is the largest whose scratch slots fit half of L1d — the intermediates meet their
 //! readers in L1 — else the smallest (they meet in L2, the least of them live);
 //! `--schedule-seed` draws it among those that fit. Binding: the instances go in contiguous
-//! shares to `min(instances, 32)` slots, one `parallel_for` over the slots; the seed draws the
+//! shares to `min(instances, 32)` slots (scratch met in L2: `min(instances, cores)`, a slot
+//! per core reused instance after instance), one `parallel_for` over the slots; the seed draws the
 //! slots too (any count from one: fewer slots, less scratch, fewer threads).
 use crate::fusion::tile::propagate;
 use crate::schedule::kernel::Draw;
@@ -379,7 +380,16 @@ pub fn plan_row_groups(p: &Program, target: &Target, seed: Option<u64>) -> Vec<R
         if instances < 2 {
             continue;
         }
-        let slots = slots(instances, draw_slots.as_mut());
+        // Scratch met in L2 is a large share of it: one slot per core of the target, which
+        // its thread reuses instance after instance (fresh slots per instance would write
+        // their lines back to memory); scratch met in L1 takes a slot per instance up to
+        // MAX_SLOTS, for the threads of a larger machine.
+        let bound = if slots_bytes(block) > near {
+            instances.min(cpu.cores.max(1))
+        } else {
+            instances
+        };
+        let slots = slots(bound, draw_slots.as_mut());
         groups.push(RowGroup {
             stages,
             dims,
