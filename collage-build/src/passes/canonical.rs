@@ -11,11 +11,16 @@
 //!   the `Add` alone, becomes `Conv(x, W, b + c)`;
 //! - `Pow(x, c)` of a float `x` with every element of the constant `c` equal to 2, 3 or 0.5 becomes
 //!   `x * x`, `x * x * x` or `Sqrt(x)` (what NumPy, the node tests' reference, computes for those
-//!   exponents; `x * x` is `pow(x, 2)` exactly).
+//!   exponents; `x * x` is `pow(x, 2)` exactly);
+//! - `Div(x, c)` of f32 or f64 with `c` a constant whose every reciprocal is a normal number
+//!   becomes `Mul(x, 1 / c)`: one multiplication per element instead of a division (GELU's
+//!   `x / sqrt 2`, an attention's scale), at most an ulp or so from the quotient (ONNX
+//!   Runtime's own GELU multiplies by `1 / sqrt 2`); a zero, infinite or subnormal divisor
+//!   keeps the division.
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::ir::{Graph, Node, Tensor, ValueId};
+use crate::ir::{DType, Graph, Node, Tensor, ValueId};
 use crate::ops::nn::is_conv;
 
 use super::op;
@@ -24,7 +29,41 @@ use super::op;
 pub fn run(g: &mut Graph) -> Result<()> {
     remove_identities(g);
     fold_conv_bias(g);
-    super::replace_nodes(g, strength_reduce_pow)
+    super::replace_nodes(g, strength_reduce_pow)?;
+    super::replace_nodes(g, reciprocal_divisor)
+}
+
+/// `Div(x, c)` by a constant as `Mul(x, 1 / c)` (see the module's text).
+fn reciprocal_divisor(g: &mut Graph, ni: usize) -> Option<Vec<Node>> {
+    let node = &g.nodes[ni];
+    if node.op.op_type() != "Div" || node.inputs.len() != 2 || node.outputs.len() != 1 {
+        return None;
+    }
+    let (x, c) = (node.inputs[0]?, node.inputs[1]?);
+    let t = g.konst(c)?;
+    let dtype = t.ty.dtype;
+    let normal = |r: f64| match dtype {
+        DType::F32 => (r as f32).is_normal(),
+        DType::F64 => r.is_normal(),
+        _ => false,
+    };
+    let recip: Vec<f64> = t.to_f64().iter().map(|&v| 1.0 / v).collect();
+    if g.value(x).ty.as_ref().map(|ty| ty.dtype) != Some(dtype) || !recip.iter().all(|&r| normal(r))
+    {
+        return None;
+    }
+    let shape = t.ty.shape.clone();
+    let (name, y) = (node.name.clone(), node.outputs[0]);
+    let r = g.add_const(
+        format!("{name}_reciprocal"),
+        Tensor::from_f64_as(dtype, &shape, &recip),
+    );
+    Some(vec![Node {
+        name: format!("{name}_mul"),
+        op: op("Mul", vec![], 2)?,
+        inputs: vec![Some(x), Some(r)],
+        outputs: vec![y],
+    }])
 }
 
 /// Removes every `Identity` whose output is not a graph output, its readers reading its input.
@@ -265,6 +304,42 @@ mod tests {
             assert_eq!(ops(&g), want, "exponent {e}");
             assert_eq!(g.ty(g.outputs[0]).shape, [4, 8]);
         }
+    }
+
+    #[test]
+    fn division_by_a_constant_is_a_product_by_its_reciprocal() {
+        // (divisor, ops after the pipeline): a scalar and a per-column vector become products;
+        // a zero, an infinity and a divisor whose reciprocal overflows f32 keep the division.
+        for (c, want) in [
+            (&[1.5f32][..], "Mul"),
+            (&[2.0, -4.0, 0.3, 8.0, 1.0, 3.0, 7.0, 0.1][..], "Mul"),
+            (&[0.0][..], "Div"),
+            (&[f32::INFINITY][..], "Div"),
+            (&[1e-39][..], "Div"),
+        ] {
+            let mut g = Graph::new("t");
+            let x = g.add_value("x", Some(TensorType::new(DType::F32, [4, 8])));
+            g.inputs.push(x);
+            let cv = g.add_const("c", Tensor::from_f32(&[c.len()], c));
+            let y = add_node(&mut g, "Div", vec![], &[x, cv]);
+            g.outputs.push(y);
+            super::super::run(&mut g, super::super::PIPELINE).unwrap();
+            assert_eq!(ops(&g), [want], "divisor {c:?}");
+            if want == "Mul" {
+                let r = g.konst(g.nodes[0].inputs[1].unwrap()).unwrap().to_f64();
+                let exact: Vec<f64> = c.iter().map(|&v| (1.0 / v as f64) as f32 as f64).collect();
+                assert_eq!(r, exact, "divisor {c:?}");
+            }
+        }
+        // A divisor read as a variable stays a division.
+        let mut g = Graph::new("t");
+        let x = g.add_value("x", Some(TensorType::new(DType::F32, [4])));
+        let d = g.add_value("d", Some(TensorType::new(DType::F32, [4])));
+        g.inputs.extend([x, d]);
+        let y = add_node(&mut g, "Div", vec![], &[x, d]);
+        g.outputs.push(y);
+        super::super::run(&mut g, super::super::PIPELINE).unwrap();
+        assert_eq!(ops(&g), ["Div"]);
     }
 
     #[test]
