@@ -29,8 +29,9 @@ use super::op;
 pub fn run(g: &mut Graph) -> Result<()> {
     remove_identities(g);
     fold_conv_bias(g);
-    super::replace_nodes(g, strength_reduce_pow)?;
-    super::replace_nodes(g, reciprocal_divisor)
+    super::replace_nodes(g, |g, ni| {
+        strength_reduce_pow(g, ni).or_else(|| reciprocal_divisor(g, ni))
+    })
 }
 
 /// `Div(x, c)` by a constant as `Mul(x, 1 / c)` (see the module's text).

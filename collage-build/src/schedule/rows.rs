@@ -233,8 +233,13 @@ fn reread_bytes(p: &Program, stages: &[BufId], dims: usize, block: usize) -> usi
 /// Welder's traffic model: its scratch's round trip to memory, which it saves, costs more than
 /// reading the operands that every instance reads again from the last-level cache.
 fn pays(p: &Program, stages: &[BufId], dims: usize, block: usize, sc: &[BufId]) -> bool {
-    let saved: usize = sc.iter().map(|&b| 2 * p.bufs[b.index()].ty.bytes()).sum();
-    saved as f64 * MEMORY_PER_CACHE > reread_bytes(p, stages, dims, block) as f64
+    saved_bytes(p, sc) as f64 * MEMORY_PER_CACHE > reread_bytes(p, stages, dims, block) as f64
+}
+
+/// Memory traffic scratch buffers `sc` save against their stages apart: each written to memory
+/// and read back.
+fn saved_bytes(p: &Program, sc: &[BufId]) -> usize {
+    sc.iter().map(|&b| 2 * p.bufs[b.index()].ty.bytes()).sum()
 }
 
 /// The row groups of planned program `p` for `target` (see the module's text); `seed` draws
@@ -457,11 +462,7 @@ pub fn describe(p: &Program, g: &RowGroup, target: &Target) -> RowGroupInfo {
             super::Level::L2
         },
         slot_bytes,
-        saved: g
-            .scratch
-            .iter()
-            .map(|&b| 2 * p.bufs[b.index()].ty.bytes())
-            .sum(),
+        saved: saved_bytes(p, &g.scratch),
         recomputed,
     }
 }

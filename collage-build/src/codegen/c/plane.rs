@@ -313,18 +313,24 @@ impl PlanePlan {
 
     /// The task's channel's weights, one per tap, into `wv` (row-major over the taps).
     fn emit_tap_weights(&self, s: &mut CWriter, em: &Emitter) {
+        s.line(format!("float wv[{}];", self.h.taps * self.w.taps));
+        self.emit_tap_loop(s, em, |t| format!("wv[{t}]"));
+    }
+
+    /// A loop over every tap storing its weight into `dest(t)`, `t` the tap's row-major index.
+    fn emit_tap_loop(&self, s: &mut CWriter, em: &Emitter, dest: impl Fn(&str) -> String) {
         let (h, w) = (self.h, self.w);
         let (ra, rb) = (h.rvar, w.rvar);
-        s.line(format!("float wv[{}];", h.taps * w.taps));
         s.line(format!(
             "for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})",
             h.taps
         ));
+        let tap = format!("r{ra} * {} + r{rb}", w.taps);
         s.indented(|s| {
             s.line(format!(
-                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wv[r{ra} * {} + r{rb}] = {};",
+                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) {} = {};",
                 w.taps,
-                w.taps,
+                dest(&tap),
                 em.expr(&self.weight)
             ))
         });
@@ -490,7 +496,6 @@ impl PlanePlan {
         let o0 = if shape[0] == 1 { 0 } else { st_strides[0] };
         let o1 = st_strides[1];
         let taps = h.taps * w.taps;
-        let (ra, rb) = (h.rvar, w.rvar);
         // The padding never changes: zeroed once per call, the interior rewritten per task.
         s.line(format!("float xs[{}], wt[{}];", hp * wp * cb, taps * cb));
         s.line(format!(
@@ -507,18 +512,7 @@ impl PlanePlan {
         // Every tap's weights of the block's channels, contiguous.
         s.open(format!("for (int64_t l = 0; l < {cb}; ++l) {{"));
         s.line("const int64_t i1 = c0 + l;");
-        s.line(format!(
-            "for (int64_t r{ra} = 0; r{ra} < {}; ++r{ra})",
-            h.taps
-        ));
-        s.indented(|s| {
-            s.line(format!(
-                "for (int64_t r{rb} = 0; r{rb} < {}; ++r{rb}) wt[(r{ra} * {} + r{rb}) * {cb} + l] = {};",
-                w.taps,
-                w.taps,
-                em.expr(&self.weight)
-            ))
-        });
+        self.emit_tap_loop(s, em, |t| format!("wt[({t}) * {cb} + l]"));
         s.close("}");
         s.line("const float *restrict xp;");
         s.line(format!(
