@@ -204,8 +204,9 @@ fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
     let budget = quick_budget();
     let mut cache = CostCache::new();
     let mut named = Vec::new();
+    // Searching from scratch (k/4 + k/8 = 6 trials) costs more than reusing (2 or 3).
     let settings = PlanTuning {
-        top_k: 6,
+        top_k: 16,
         ..PlanTuning::default()
     };
     let r = tune_plans(
@@ -276,6 +277,83 @@ fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
             k.id
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two layers that run the same program (two 256x256 products with a ReLU) are searched once:
+/// the second shares the first's plan and measurement, and its entry says so; the exhaustive
+/// baseline measures both.
+#[test]
+fn identical_layers_share_one_search() {
+    use collage_build::driver::{self, Options};
+    use collage_build::tune::plans::{tune_plans, PlanTuning};
+    let dir = std::env::temp_dir().join(format!("collage-twins-test-{}", std::process::id()));
+    let source = "
+        # weights w1: [256, 256], w2: [256, 256]
+        model! {
+            TwoLayers {
+                input x: f32[64, 256];
+                weights \"weights.safetensors\";
+                output y = relu(relu(x @ w1) @ w2);
+            }
+        }";
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = common::snippet_graph(&dir.join("two.plan"), source, &dir);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
+    let c = driver::compile(g, "two", &opts).unwrap();
+    let tune = |reuse: bool| {
+        let mut cache = CostCache::new();
+        let settings = PlanTuning {
+            top_k: 6,
+            reuse,
+            ..PlanTuning::default()
+        };
+        let r = tune_plans(
+            &[&c.program],
+            "two",
+            &target,
+            &mut cache,
+            &dir.join("work"),
+            quick_budget(),
+            &settings,
+            &mut |_| Ok(()),
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        (r, cache)
+    };
+    let (eto, cache) = tune(true);
+    assert_eq!((eto.kernels, eto.shared), (2, 1), "{eto}");
+    let tuned: Vec<String> = cache
+        .entries_for_target(&target)
+        .map(|(_, e)| e.params["tuned"].clone())
+        .collect();
+    assert_eq!(tuned.len(), 2, "{tuned:?}");
+    assert!(
+        tuned.iter().any(|t| t.starts_with("same program as k")),
+        "{tuned:?}"
+    );
+    let plans: Vec<&String> = cache
+        .entries_for_target(&target)
+        .map(|(_, e)| &e.params["plan"])
+        .collect();
+    assert_eq!(plans[0], plans[1]);
+    let (exhaustive, _) = tune(false);
+    assert_eq!(
+        (exhaustive.kernels, exhaustive.shared),
+        (2, 0),
+        "{exhaustive}"
+    );
+    assert_eq!(
+        exhaustive.trials, exhaustive.exhaustive_trials,
+        "{exhaustive}"
+    );
+    assert_eq!(eto.exhaustive_trials, exhaustive.exhaustive_trials, "{eto}");
+    assert!(eto.trials < exhaustive.trials, "{eto} / {exhaustive}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,7 +7,11 @@
 //!   (long ranges in powers of two), each point legalised by the planner and kept once per
 //!   distinct plan; the default plan first, the rest ranked by a register-tile and traffic
 //!   model ([`model_us`], Welder's traffic over the plan's tile).
-//! - **From scratch**: the model's top-k are measured (`top_k`, the default plan among them).
+//! - **From scratch**: a two-level search ([`scratch_rounds`]): the model's top k/4 are measured
+//!   (the default plan among them), then the model's best k/8 of the plans one knob step away
+//!   from the fastest of those — 3k/8 trials that also reach plans the model ranks past its
+//!   top k. A space of at most 3k/8 plans is measured whole; the exhaustive baseline
+//!   (`reuse: false`) measures the model's top k of every kernel in one round.
 //! - **By reuse** from a tuned kernel: its best choice realised for this kernel, then the
 //!   model's best of the choices one knob step away from it — more of them the farther the two
 //!   loop nests are apart ([`reuse_trials`]): ETO's pruned range around the source's plan.
@@ -80,12 +84,17 @@ pub struct PlanReport {
     pub reused: usize,
     /// Bridge kernels tuned.
     pub bridges: usize,
+    /// Of the kernels tuned, those that run the same program as another (another layer of
+    /// the same shape): they share its plan and measurement, no trial of their own.
+    pub shared: usize,
     /// Kernels that were tuned already (sources for the others).
     pub already: usize,
     /// Plans measured.
     pub trials: usize,
     /// Plans an exhaustive tuning (top-k of every kernel) would have measured.
     pub exhaustive_trials: usize,
+    /// Of them, for the kernels that do not run the same program as another.
+    pub distinct_trials: usize,
     /// Kernels whose best plan is not the default one.
     pub improved: usize,
     /// Wall time, seconds.
@@ -96,14 +105,16 @@ impl std::fmt::Display for PlanReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "plans of {} kernels tuned ({} searched, {} by reuse, {} bridges; {} tuned before) in {} trials ({} for top-k of every kernel), {:.1} s; {} run a plan other than the default",
+            "plans of {} kernels tuned ({} searched, {} by reuse, {} the same program as another, {} bridges; {} tuned before) in {} trials ({} for top-k of every kernel, {} of every distinct one), {:.1} s; {} run a plan other than the default",
             self.kernels,
             self.scratch,
             self.reused,
+            self.shared,
             self.bridges,
             self.already,
             self.trials,
             self.exhaustive_trials,
+            self.distinct_trials,
             self.seconds,
             self.improved
         )
@@ -320,6 +331,23 @@ pub fn model_us(p: &Program, id: BufId, plan: &KernelPlan, cpu: &Cpu) -> f64 {
     }
 }
 
+/// The trials of a search from scratch over a space of `size` plans with `k` the top-k
+/// setting, in its two rounds: all of the space in one round when it holds at most 3k/8 plans
+/// (`k` for the exhaustive baseline, `hierarchical` false), else k/4 of the model's top, then
+/// k/8 around the fastest of them.
+pub fn scratch_rounds(size: usize, k: usize, hierarchical: bool) -> (usize, usize) {
+    if !hierarchical {
+        (size.min(k), 0)
+    } else {
+        let (first, second) = ((k / 4).max(1), (k / 8).max(1));
+        if size <= first + second {
+            (size, 0)
+        } else {
+            (first, second)
+        }
+    }
+}
+
 /// Plans measured when kernel `to` reuses `from`'s best plan: that plan realised for `to`, and
 /// one more per unit of distance between the nests, rounded (up to 4), but never more than `to`'s
 /// space holds. Also the estimate the arborescence prices a reuse pair with.
@@ -393,6 +421,23 @@ fn shrink(k: &Program, extents: &[usize], target: &Target) -> Program {
     b
 }
 
+/// Whether the kernels of keys `a` and `b` run the same program: their signatures agree but
+/// for the operator's name (the layout and the stage's canonical hash), and so do their
+/// backend and operand types.
+fn same_program(a: &Key, b: &Key) -> bool {
+    let body = |k: &Key| {
+        k.signature
+            .split_once(' ')
+            .map(|(_, rest)| rest.to_string())
+    };
+    a.backend == b.backend
+        && a.inputs == b.inputs
+        && a.outputs == b.outputs
+        && a.target == b.target
+        && body(a).is_some()
+        && body(a) == body(b)
+}
+
 /// An entry's measurement.
 fn measured(e: &Entry) -> Measurement {
     Measurement {
@@ -415,6 +460,8 @@ struct Node {
     name: String,
     /// Its space (empty for a cache entry).
     space: Vec<(PlanChoice, KernelPlan)>,
+    /// The plans measured in the first round of a search from scratch.
+    first: Vec<(PlanChoice, Measurement)>,
     /// The best choice once tuned, with its time.
     best: Option<(PlanChoice, Measurement)>,
 }
@@ -453,6 +500,8 @@ pub fn tune_plans(
     // The kernels: generated, outside groups, one per key.
     let mut nodes: Vec<Node> = Vec::new();
     let mut tuned: Vec<bool> = Vec::new();
+    // Kernels that run the same program as a node: (that node, their key).
+    let mut twins: Vec<(usize, Key)> = Vec::new();
     for (p, id) in programs
         .iter()
         .flat_map(|p| measure::stages(p).into_iter().map(move |id| (*p, id)))
@@ -462,16 +511,31 @@ pub fn tune_plans(
             continue;
         }
         let key = kernel_key(p, id, fingerprint);
-        if nodes.iter().any(|n| n.key.as_ref() == Some(&key)) {
+        if nodes.iter().any(|n| n.key.as_ref() == Some(&key))
+            || twins.iter().any(|(_, t)| *t == key)
+        {
             continue;
         }
-        let k = kernel_program(p, id);
-        let kid = *k.outputs.first().expect("a kernel output");
-        let n = nest(&k, kid, isa, &cpu);
         let done = cache
             .get(&key)
             .and_then(|e| e.params.get("tuned"))
             .is_some();
+        // A kernel that computes what a kernel still to tune computes, on operands of the same
+        // types (another layer of the same shape), runs the same program: it shares its plan
+        // and measurement (the exhaustive baseline measures every kernel).
+        if !done && settings.reuse {
+            if let Some(v) = nodes
+                .iter()
+                .zip(&tuned)
+                .position(|(n, &t)| !t && n.key.as_ref().is_some_and(|k| same_program(k, &key)))
+            {
+                twins.push((v, key));
+                continue;
+            }
+        }
+        let k = kernel_program(p, id);
+        let kid = *k.outputs.first().expect("a kernel output");
+        let n = nest(&k, kid, isa, &cpu);
         let space = if done {
             Vec::new()
         } else {
@@ -492,6 +556,7 @@ pub fn tune_plans(
             key: Some(key),
             name: format!("k{id} ({})", st.name),
             space,
+            first: Vec::new(),
             best,
         });
     }
@@ -521,6 +586,7 @@ pub fn tune_plans(
             key: Some(key.clone()),
             name: format!("{} {}", key.backend, key.signature),
             space: Vec::new(),
+            first: Vec::new(),
             best: Some((pl, measured(e))),
         });
     }
@@ -571,6 +637,7 @@ pub fn tune_plans(
                 prog: Some((b, *kid)),
                 key: None,
                 space,
+                first: Vec::new(),
                 best: None,
             });
         }
@@ -578,13 +645,20 @@ pub fn tune_plans(
     let sizes: Vec<usize> = nodes.iter().map(|n| n.space.len().max(1)).collect();
     let size = |v: usize| sizes[v];
     let k = settings.top_k.max(1);
-    let scratch = |v: usize| size(v).min(k) as f64;
+    let rounds = |v: usize| scratch_rounds(size(v), k, settings.reuse);
+    let scratch = |v: usize| {
+        let (a, b) = rounds(v);
+        (a + b) as f64
+    };
     let nests: Vec<Nest> = nodes.iter().map(|n| n.nest.clone()).collect();
     let reuse = |u: usize, v: usize| reuse_trials(&nests[u], &nests[v], size(v)) as f64;
-    report.exhaustive_trials = (0..given)
+    // The baseline measures every kernel, twins too.
+    report.distinct_trials = (0..given)
         .filter(|&v| !tuned[v])
         .map(|v| size(v).min(k))
-        .sum();
+        .sum::<usize>();
+    report.exhaustive_trials =
+        report.distinct_trials + twins.iter().map(|&(v, _)| size(v).min(k)).sum::<usize>();
     let sel = if settings.reuse {
         eto::select(&nests, given, &tuned, &scratch, &reuse)
     } else {
@@ -604,10 +678,16 @@ pub fn tune_plans(
     };
     // Tune level by level: a node's source is tuned in an earlier batch.
     let order = sel.order();
+    // Steps: one per node, two for a search from scratch in two rounds.
     let total = order
         .iter()
-        .filter(|&&v| sel.source[v] != Some(Source::Tuned))
-        .count();
+        .map(|&v| match sel.source[v] {
+            Some(Source::Tuned) => 0,
+            Some(Source::Reuse(_)) => 1,
+            _ if rounds(v).1 > 0 => 2,
+            _ => 1,
+        })
+        .sum();
     let mut done_count = 0;
     let mut pending: Vec<usize> = order
         .into_iter()
@@ -649,10 +729,27 @@ pub fn tune_plans(
                         format!("reusing {}", nodes[u].name),
                     )
                 }
-                _ => (
-                    nodes[v].space.iter().take(k).cloned().collect(),
+                _ if nodes[v].first.is_empty() => (
+                    nodes[v].space.iter().take(rounds(v).0).cloned().collect(),
                     "from scratch".to_string(),
                 ),
+                _ => {
+                    // The second round: around the first round's fastest plan.
+                    let tried = &nodes[v].first;
+                    let best = tried
+                        .iter()
+                        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+                        .expect("a first round")
+                        .0;
+                    let near = reuse_candidates(prog, *kid, isa, &cpu, &target, best, 2 * k);
+                    (
+                        near.into_iter()
+                            .filter(|(c, _)| !tried.iter().any(|t| t.0 == *c))
+                            .take(rounds(v).1)
+                            .collect(),
+                        "from scratch, around its best".to_string(),
+                    )
+                }
             };
             done_count += 1;
             progress(
@@ -679,7 +776,19 @@ pub fn tune_plans(
             report.trials += batch.len();
         }
         for &v in &ready {
-            let Some(ms) = results.get(&v) else { continue };
+            let mut ms = results.remove(&v).unwrap_or_default();
+            if !matches!(sel.source[v], Some(Source::Reuse(_))) {
+                if nodes[v].first.is_empty() && rounds(v).1 > 0 && !ms.is_empty() {
+                    // The first round of a search from scratch: the second comes next.
+                    nodes[v].first = ms;
+                    pending.push(v);
+                    continue;
+                }
+                ms.extend(nodes[v].first.iter().copied());
+            }
+            if ms.is_empty() {
+                continue;
+            }
             let best = ms
                 .iter()
                 .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
@@ -734,6 +843,18 @@ pub fn tune_plans(
             };
             let entry = Entry::new(m.median_us, m.p90_us, m.samples, params)
                 .map_err(|e| bad(e.to_string()))?;
+            for (_, twin) in twins.iter().filter(|(t, _)| *t == v) {
+                let mut shared = entry.clone();
+                shared.params.insert(
+                    "tuned".to_string(),
+                    format!("same program as {}", nodes[v].name),
+                );
+                cache
+                    .insert(twin.clone(), shared)
+                    .map_err(|e| bad(e.to_string()))?;
+                report.kernels += 1;
+                report.shared += 1;
+            }
             cache.insert(key, entry).map_err(|e| bad(e.to_string()))?;
         }
         save(cache)?;
@@ -752,6 +873,41 @@ mod tests {
         assert_eq!(knob_values(64, 1000), vec![64, 128, 256, 512]);
         assert_eq!(grid(PlanKind::Window), vec![PlanChoice::Window]);
         assert_eq!(grid(PlanKind::RegisterBlocked).len(), 4 * 8 * 5);
+    }
+
+    #[test]
+    fn searches_from_scratch_take_two_rounds_of_the_top_k() {
+        // The exhaustive baseline: the top k in one round.
+        assert_eq!(scratch_rounds(40, 16, false), (16, 0));
+        assert_eq!(scratch_rounds(3, 16, false), (3, 0));
+        // ETO: k/4, then k/8 around the best; a small space at once.
+        assert_eq!(scratch_rounds(40, 16, true), (4, 2));
+        assert_eq!(scratch_rounds(6, 16, true), (6, 0));
+        assert_eq!(scratch_rounds(7, 16, true), (4, 2));
+        assert_eq!(scratch_rounds(40, 2, true), (1, 1));
+    }
+
+    #[test]
+    fn same_programs_differ_only_in_the_operator_name() {
+        let fp = TargetFingerprint::current("cc");
+        let key = |sig: &str, input: &str| Key::new(fp.clone(), "c", sig, [input], ["f32[64,256]"]);
+        let a = key("Conv_16_winograd rr #db807d000b6cd70a", "f32[64,256]");
+        assert!(same_program(
+            &a,
+            &key("Conv_27_winograd rr #db807d000b6cd70a", "f32[64,256]")
+        ));
+        assert!(!same_program(
+            &a,
+            &key("Conv_27_winograd rr #db807d000b6cd70b", "f32[64,256]")
+        ));
+        assert!(!same_program(
+            &a,
+            &key("Conv_27_winograd rp #db807d000b6cd70a", "f32[64,256]")
+        ));
+        assert!(!same_program(
+            &a,
+            &key("Conv_27_winograd rr #db807d000b6cd70a", "f32[64,128]")
+        ));
     }
 
     #[test]
