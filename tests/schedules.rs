@@ -1147,6 +1147,56 @@ fn row_groups_of_attention_and_layernorm() {
     });
 }
 
+/// The same expansion and window at 112x112 (MobileNetV2's first block): the expanded tensor
+/// (4.8 MB) fits in the default target's 32 MB last-level cache, where it meets its reader
+/// apart, so no group joins the two (a group of channel blocks would read the 800 KB input
+/// again per block, 19 MB, to save a 9.6 MB round trip through that cache); on a target whose
+/// last-level cache is 4 MB the round trip goes through memory and the channel row group pays.
+#[test]
+fn an_expansion_joins_its_window_when_its_round_trip_leaves_the_cache() {
+    let (c0, c1, hw) = (16, 96, 112);
+    let build = |g: &mut Graph, x: ValueId| -> ValueId {
+        let we = g.add_const("we", rand(&[c1, c0, 1, 1], 21));
+        let e = node(
+            g,
+            "Conv",
+            ints(&[("kernel_shape", vec![1, 1])]),
+            vec![x, we],
+        );
+        let e = node(g, "Relu", Attrs::default(), vec![e]);
+        let wd = g.add_const("wd", rand(&[c1, 1, 3, 3], 23));
+        let mut a = ints(&[
+            ("kernel_shape", vec![3, 3]),
+            ("pads", vec![1, 1, 1, 1]),
+            ("strides", vec![2, 2]),
+        ]);
+        a.0.insert("group".into(), Attr::Int(c1 as i64));
+        node(g, "Conv", a, vec![e, wd])
+    };
+    let shape = [1, c0, hw, hw];
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let c = collage_build::driver::compile(input_graph("pair", &shape, build), "t", &opts).unwrap();
+    let p = &c.program;
+    let joined = |l3: usize| {
+        let collage_build::target::Target::Cpu(mut cpu) =
+            collage_build::target::Target::for_build()
+        else {
+            unreachable!("a CPU target")
+        };
+        cpu.l3 = l3;
+        let t = collage_build::target::Target::Cpu(cpu);
+        collage_build::schedule::rows::plan_row_groups(p, &t, None)
+            .iter()
+            .any(|g| g.stages.len() == 2 && g.band.is_none())
+    };
+    assert!(!joined(32 << 20), "{:?}", p.row_groups);
+    assert!(p.row_groups.is_empty(), "{:?}", p.row_groups);
+    assert!(joined(4 << 20));
+}
+
 /// An expansion (1x1, 16 -> 96 channels, ReLU) and the strided depthwise window that reads it
 /// (3x3, stride 2, padding 1) at 224x224, where the expanded tensor (19 MB) exceeds half of the
 /// default target's last-level cache: they run as a band group, the expansion of each band's
