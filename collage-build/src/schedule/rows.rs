@@ -247,12 +247,13 @@ fn pays(
     let saved: f64 = sc
         .iter()
         .map(|&b| {
-            let bytes = saved_bytes(p, &[b]) as f64;
-            if p.bufs[b.index()].ty.bytes() > last_level / 2 {
-                bytes * MEMORY_PER_CACHE
+            let through_memory = p.bufs[b.index()].ty.bytes() > last_level / 2;
+            let rate = if through_memory {
+                MEMORY_PER_CACHE
             } else {
-                bytes
-            }
+                1.0
+            };
+            saved_bytes(p, &[b]) as f64 * rate
         })
         .sum();
     saved > reread_bytes(p, stages, dims, block) as f64

@@ -425,17 +425,12 @@ fn shrink(k: &Program, extents: &[usize], target: &Target) -> Program {
 /// for the operator's name (the layout and the stage's canonical hash), and so do their
 /// backend and operand types.
 fn same_program(a: &Key, b: &Key) -> bool {
-    let body = |k: &Key| {
-        k.signature
-            .split_once(' ')
-            .map(|(_, rest)| rest.to_string())
-    };
+    let body = |k: &'_ Key| k.signature.split_once(' ').map(|(_, rest)| rest.to_owned());
     a.backend == b.backend
         && a.inputs == b.inputs
         && a.outputs == b.outputs
         && a.target == b.target
-        && body(a).is_some()
-        && body(a) == body(b)
+        && matches!((body(a), body(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// An entry's measurement.
@@ -741,7 +736,8 @@ pub fn tune_plans(
                         .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
                         .expect("a first round")
                         .0;
-                    let near = reuse_candidates(prog, *kid, isa, &cpu, &target, best, 2 * k);
+                    // Every neighbour, ranked by the model; the tried ones left out below.
+                    let near = reuse_candidates(prog, *kid, isa, &cpu, &target, best, usize::MAX);
                     (
                         near.into_iter()
                             .filter(|(c, _)| !tried.iter().any(|t| t.0 == *c))
