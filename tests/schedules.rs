@@ -615,6 +615,91 @@ fn exp_is_accurate_from_underflow_to_overflow() {
     unary_is_accurate("Exp", &xs, |v| libm::expf(v as f32) as f64, 4e-7, 3e-45);
 }
 
+/// Softmax and LogSoftmax take `exp` of `x - max` (at most 0) with `cl_expf_nonpos`: no
+/// overflow clamp, one exponent scaling, and 0 below -87 (within 2e-38 of the true value;
+/// exactly 0 for a masked score, -1e4 or -inf). Rows of 64 (loops GCC vectorises: the
+/// elementwise exponential and LogSoftmax's sum), each [0, x...], against f64 arithmetic on
+/// the same inputs; a row with a NaN is NaN throughout.
+#[test]
+fn softmax_exponentials_are_accurate_down_to_underflow() {
+    let mut xs: Vec<f32> = vec![
+        f32::NEG_INFINITY,
+        -1e30,
+        -1e4,
+        -200.0,
+        -104.0,
+        -88.0,
+        -87.5,
+        -87.34,
+        -87.3,
+        -87.0001,
+        -87.0,
+        -86.999,
+        -86.0,
+        -50.0,
+        -17.0,
+        -1.0,
+        -1e-7,
+        -0.0,
+        0.0,
+    ];
+    xs.extend((0..400).map(|i| -110.0 + i as f32 * 0.2753));
+    xs.extend((0..200).map(|i| -(i as f32) * 0.0173));
+    let cols = 64;
+    let mut data = Vec::new();
+    for chunk in xs.chunks(cols - 1) {
+        data.push(0.0f32);
+        data.extend(chunk);
+        data.extend(std::iter::repeat_n(-1e4f32, cols - 1 - chunk.len()));
+    }
+    // One row with a NaN.
+    data.push(0.0);
+    data.extend((1..cols).map(|i| if i == 5 { f32::NAN } else { -(i as f32) }));
+    let rows = data.len() / cols;
+    for op in ["Softmax", "LogSoftmax"] {
+        let g = input_graph(op, &[rows, cols], |g, x| {
+            node(g, op, Attrs::default(), vec![x])
+        });
+        let c = collage_build::compile_graph(g, "softmax_exp").unwrap();
+        let work = std::env::temp_dir().join(format!("collage-{op}-exp-{}", std::process::id()));
+        let mut m = collage_build::native::NativeModel::build(&c, &work, "-O2").unwrap();
+        let got = m
+            .run(&[Tensor::from_f32(&[rows, cols], &data)], &Executor::Serial)
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&work);
+        for r in 0..rows {
+            let row = &data[r * cols..(r + 1) * cols];
+            let nan = row.iter().any(|v| v.is_nan());
+            let sum: f64 = row.iter().map(|&v| (v as f64).exp()).sum();
+            for (j, &v) in row.iter().enumerate() {
+                let g = got[0].get_f64(r * cols + j);
+                let (v, ok) = (v as f64, |w: f64, rel: f64, abs: f64| {
+                    (g - w).abs() <= abs + rel * w.abs()
+                });
+                let good = if nan {
+                    g.is_nan()
+                } else if op == "Softmax" {
+                    // Exactly 0 far below the underflow, within 2e-38 near it.
+                    if v < -104.0 {
+                        g.to_bits() == 0
+                    } else {
+                        ok(v.exp() / sum, 1e-6, 2e-38)
+                    }
+                } else if v == f64::NEG_INFINITY {
+                    g == v
+                } else {
+                    ok(v - sum.ln(), 1e-6, 1e-6)
+                };
+                assert!(
+                    good,
+                    "{op} row {r} of [0, {:e} ...]: at {v:e} got {g:e}",
+                    row[1]
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn log_sin_and_cos_are_accurate_across_the_floats() {
     // f32 log, sin and cos without libm (vectorisable): within 2 ulp of f64 libm everywhere,

@@ -207,6 +207,8 @@ impl Emitter<'_> {
             UnOp::Round => f("nearbyint"),
             UnOp::Erf if d == DType::F32 => format!("cl_erff({x})"),
             UnOp::Exp if d == DType::F32 => format!("cl_expf({x})"),
+            UnOp::ExpNonPos if d == DType::F32 => format!("cl_expf_nonpos({x})"),
+            UnOp::ExpNonPos => f("exp"),
             UnOp::Tanh if d == DType::F32 => format!("cl_tanhf({x})"),
             UnOp::Log if d == DType::F32 => format!("cl_logf({x})"),
             UnOp::Sin if d == DType::F32 => format!("cl_sinf({x})"),

@@ -258,7 +258,7 @@ impl Operator for SoftmaxCrossEntropyLoss {
             kt,
             RedOp::Sum,
             vec![xt.shape[1]],
-            xr.sub(mk.clone()).exp(),
+            xr.sub(mk.clone()).exp_nonpos(),
             Some(Expr::Acc.log()),
         );
         let body = Expr::load(Src::Arg(0), vars(rank))

@@ -1524,7 +1524,7 @@ impl Operator for Attention {
         let x = if sp == d { at(qkb) } else { at(qkb).cast(sp) };
         let ex = cx.stage(
             TensorType::new(sp, scores_ty.shape.clone()),
-            x.sub(row(mx)).exp(),
+            x.sub(row(mx)).exp_nonpos(),
         );
         let sum = cx.reduce(
             row_ty,

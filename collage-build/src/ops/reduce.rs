@@ -444,7 +444,7 @@ impl Operator for Softmax {
                 // the sum and the normalisation read it instead of computing it again. The
                 // reciprocal of the sum once per row, a product per element: a vector division
                 // costs as much as the exponential (as ONNX Runtime's MLAS does both).
-                let e = cx.stage(xt.clone(), xo.sub(mk).exp());
+                let e = cx.stage(xt.clone(), xo.sub(mk).exp_nonpos());
                 let er = Expr::load(e, in_index(rank, &axes, true, &rvars(axes.len())));
                 let recip = Some(Expr::c(d, 1.0).div(Expr::Acc));
                 let s = cx.reduce(kt, RedOp::Sum, extents, er, recip);
@@ -455,7 +455,7 @@ impl Operator for Softmax {
                     kt,
                     RedOp::Sum,
                     extents,
-                    xr.sub(mk.clone()).exp(),
+                    xr.sub(mk.clone()).exp_nonpos(),
                     Some(Expr::Acc.log()),
                 );
                 xo.sub(mk).sub(Expr::load(s, kept))

@@ -809,7 +809,7 @@ impl FlexAttention {
         let row_ty = TensorType::new(cd, vec![d.b, d.hq, d.l]);
         let ty = TensorType::new(cd, vec![d.b, d.hq, d.l, d.s]);
         let mx = cx.reduce(row_ty.clone(), RedOp::Max, vec![d.s], at_r(x), None);
-        let ex = cx.stage(ty.clone(), at(x).sub(row(mx)).exp());
+        let ex = cx.stage(ty.clone(), at(x).sub(row(mx)).exp_nonpos());
         let sum = cx.reduce(row_ty, RedOp::Sum, vec![d.s], at_r(ex), None);
         let p = self.round(at(ex).div(row(sum)), cd);
         cx.stage(ty, p)

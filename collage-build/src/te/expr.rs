@@ -170,6 +170,11 @@ pub enum UnOp {
     Abs,
     Sqrt,
     Exp,
+    /// `exp` of an argument that is at most 0 or NaN: `x - max(x)` over a softmax row. The
+    /// same function as [`UnOp::Exp`] there (the interpreter computes `exp`); the C printer
+    /// leaves out the overflow clamp and the second exponent scaling, and flushes results below
+    /// the least normal float (arguments below -87) to 0.
+    ExpNonPos,
     Log,
     Sin,
     Cos,
@@ -654,7 +659,8 @@ impl Expr {
     }
 
     un_methods! {
-        neg => Neg, abs => Abs, sqrt => Sqrt, exp => Exp, log => Log, sin => Sin, cos => Cos,
+        neg => Neg, abs => Abs, sqrt => Sqrt, exp => Exp,
+        exp_nonpos => ExpNonPos, log => Log, sin => Sin, cos => Cos,
         tan => Tan, asin => Asin, acos => Acos, atan => Atan, sinh => Sinh, cosh => Cosh,
         asinh => Asinh, acosh => Acosh, atanh => Atanh, tanh => Tanh, erf => Erf, floor => Floor,
         ceil => Ceil, round => Round, sign => Sign, not => Not, is_nan => IsNaN,

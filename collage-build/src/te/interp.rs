@@ -40,7 +40,7 @@ fn un_f64(op: UnOp, x: f64) -> f64 {
         UnOp::Neg => -x,
         UnOp::Abs => x.abs(),
         UnOp::Sqrt => x.sqrt(),
-        UnOp::Exp => x.exp(),
+        UnOp::Exp | UnOp::ExpNonPos => x.exp(),
         UnOp::Log => x.ln(),
         UnOp::Sin => x.sin(),
         UnOp::Cos => x.cos(),

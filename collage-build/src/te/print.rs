@@ -54,6 +54,7 @@ impl UnOp {
             UnOp::Abs => "abs",
             UnOp::Sqrt => "sqrt",
             UnOp::Exp => "exp",
+            UnOp::ExpNonPos => "exp_nonpos",
             UnOp::Log => "log",
             UnOp::Sin => "sin",
             UnOp::Cos => "cos",

@@ -667,7 +667,9 @@ fn gemm_plan(
     st.body.visit(&mut |e| {
         body_ok &= !matches!(
             e,
-            Expr::Acc | Expr::Bin(BinOp::Max | BinOp::Min, ..) | Expr::Un(UnOp::Erf | UnOp::Exp, _)
+            Expr::Acc
+                | Expr::Bin(BinOp::Max | BinOp::Min, ..)
+                | Expr::Un(UnOp::Erf | UnOp::Exp | UnOp::ExpNonPos, _)
         )
     });
     if shape[v] < lanes || !body_ok || !vectorizable(p, &st.body, v as u32) {
