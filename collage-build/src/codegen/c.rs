@@ -1097,15 +1097,22 @@ fn emit_stage(
         && !p.bufs[id.index()].packed
         && !srcs.contains(&Src::Buf(id));
     if prefill {
+        // Whole vectors and an overlapping last one (a scalar loop after the vector loop makes
+        // GCC warn of undefined behaviour where the kernel is inlined with constant bounds).
         let n = shape[rank - 1];
-        let mut zero = String::from("int64_t j = 0; ");
-        if lanes >= 4 {
-            zero += &format!(
-                "for (; j + {lanes} <= m; j += {lanes}) *(cl_f32x{lanes} *)(d + j) = (cl_f32x{lanes}){{0}}; "
-            );
-        }
+        let scalar = "for (int64_t j = 0; j < m; ++j) d[j] = 0.0f;";
+        let zero = if lanes >= 4 {
+            let z = |at: &str| format!("*(cl_f32x{lanes} *)(d + {at}) = (cl_f32x{lanes}){{0}};");
+            format!(
+                "if (m >= {lanes}) {{ int64_t j = 0; for (; j + {lanes} <= m; j += {lanes}) {} if (j < m) {} }} else {{ {scalar} }}",
+                z("j"),
+                z(&format!("m - {lanes}"))
+            )
+        } else {
+            scalar.to_string()
+        };
         out.line(format!(
-            "{{ float *restrict d = &b{id}[begin * {n}]; const int64_t m = (end - begin) * {n}; {zero}for (; j < m; ++j) d[j] = 0.0f; }}"
+            "{{ float *restrict d = &b{id}[begin * {n}]; const int64_t m = (end - begin) * {n}; {zero} }}"
         ));
     }
     out.open("for (int64_t o = begin; o < end; ++o) {");
