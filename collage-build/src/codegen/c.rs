@@ -1085,13 +1085,15 @@ fn emit_stage(
     // image) zeroes those rows first, in whole vectors, and then copies the guard's range of
     // each row: the per-row loops over a few zeros before and after it cost more than the
     // copy (40 cycles a row of 18). A longer row than PREFILL_ROW bytes would store its
-    // values twice for little. Never for a stage that reads its own buffer; the arena gives an output
-    // and the inputs of its stage apart.
+    // values twice for little. Never for a group's member (bands recompute rows another
+    // instance may be reading) nor for a stage that reads its own buffer; the arena gives an
+    // output and the inputs of its stage apart.
     let prefill = matches!(guarded, Some((_, true)))
         && shape[rank - 1] * 4 <= PREFILL_ROW
         && split.is_none()
         && flat.is_none()
-        && !fill
+        && member.is_none()
+        && row.is_none()
         && nd + 1 == rank
         && st.ty.dtype == DType::F32
         && !p.bufs[id.index()].packed
