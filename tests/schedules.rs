@@ -700,6 +700,38 @@ fn softmax_exponentials_are_accurate_down_to_underflow() {
     }
 }
 
+/// Pads of short rows zero their rows in vectors, then copy each row's values (`prefill`):
+/// 18- and 7-wide rows (whole vectors and an overlapping last one, or fewer than a vector),
+/// asymmetric pads, in every vector variant.
+#[test]
+fn short_pads_fill_then_copy_in_every_variant() {
+    let c_only = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    for isa in [Isa::Avx512, Isa::Avx2, Isa::Base] {
+        for (i, (xs, pads)) in [
+            (vec![1usize, 8, 14, 14], vec![0i64, 0, 2, 2, 0, 0, 2, 2]),
+            (vec![1, 3, 5, 4], vec![0, 0, 1, 0, 0, 0, 2, 3]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            check_isa(
+                &format!("pad{i}_{isa}"),
+                &xs,
+                &c_only,
+                &["-O2"],
+                isa,
+                |g, x| {
+                    let p = g.add_const("pads", Tensor::from_i64(&[8], &pads));
+                    node(g, "Pad", Attrs::default(), vec![x, p])
+                },
+            );
+        }
+    }
+}
+
 #[test]
 fn log_sin_and_cos_are_accurate_across_the_floats() {
     // f32 log, sin and cos without libm (vectorisable): within 2 ulp of f64 libm everywhere,
