@@ -280,6 +280,82 @@ fn eto_tunes_plans_by_reuse_and_builds_read_them_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A kernel's default plan, measured by `tune`'s first pass (every kernel's cost), is not
+/// measured again by plan tuning: the first pass's time stands for it, the searches and the
+/// exhaustive baseline count one trial fewer a kernel, and each entry's provenance counts only
+/// the plans measured for it.
+#[test]
+fn defaults_measured_by_the_first_pass_are_not_measured_again() {
+    use collage_build::driver::{self, Options};
+    use collage_build::tune::plans::{tune_plans, PlanTuning};
+    use collage_build::tune::Entry;
+    let dir = std::env::temp_dir().join(format!("collage-defaults-test-{}", std::process::id()));
+    let g = three_products(&dir);
+    let opts = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let target = TargetFingerprint::current(&collage_build::toolchain::c_compiler_version());
+    let c = driver::compile(g, "three", &opts).unwrap();
+    let settings = PlanTuning::default();
+    let tune = |cache: &mut CostCache| {
+        tune_plans(
+            &[&c.program],
+            "three",
+            &target,
+            cache,
+            &dir.join("work"),
+            quick_budget(),
+            &settings,
+            &mut |_| Ok(()),
+            &mut |_, _, _| {},
+        )
+        .unwrap()
+    };
+    let cold = tune(&mut CostCache::new());
+    let mut first = CostCache::new();
+    let n = measure::tune_kernels(
+        &c,
+        &target,
+        &mut first,
+        &dir,
+        quick_budget(),
+        &mut |_| Ok(()),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(n, 3);
+    // The first pass's times, made faster than any trial can be: the defaults stay, with them.
+    let mut cache = CostCache::new();
+    for (k, e) in first.entries_for_target(&target) {
+        let fast = Entry::new(1e-3, 1e-3, e.samples, e.params.clone()).unwrap();
+        cache.insert(k.clone(), fast).unwrap();
+    }
+    let warm = tune(&mut cache);
+    assert_eq!((warm.kernels, cold.kernels), (3, 3), "{warm} / {cold}");
+    assert_eq!(
+        warm.exhaustive_trials + 3,
+        cold.exhaustive_trials,
+        "{warm} / {cold}"
+    );
+    assert!(warm.trials < cold.trials, "{warm} / {cold}");
+    let mut counted = 0;
+    for (k, e) in cache.entries_for_target(&target) {
+        assert_eq!(e.median_us, 1e-3, "{:?}", e.params);
+        assert_eq!(e.params["plan"], first.get(k).unwrap().params["plan"]);
+        let tuned = &e.params["tuned"];
+        let trials = tuned
+            .split(", ")
+            .nth(1)
+            .and_then(|t| t.strip_suffix(" trials"));
+        counted += trials.unwrap().parse::<usize>().unwrap();
+    }
+    if warm.bridges == 0 {
+        assert_eq!(counted, warm.trials, "{warm}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Two layers that run the same program (two 256x256 products with a ReLU) are searched once:
 /// the second shares the first's plan and measurement, and its entry says so; the exhaustive
 /// baseline measures both.

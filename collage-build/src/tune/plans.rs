@@ -20,8 +20,11 @@
 //!   reads, so it is safe to run); it is tuned like the others and never stored.
 //!
 //! A kernel whose best trial is slower than its default plan's measurement (already in the
-//! cache) keeps the default. The trials an exhaustive tuning would make (top-k of every
-//! kernel) are counted beside, for the report.
+//! cache) keeps the default. That measurement, made by `tune`'s first pass (every kernel's
+//! cost, the same budget, this machine's variant), also stands for the default wherever a
+//! search or a reuse would measure it: it is not a trial. The trials an exhaustive tuning
+//! would make (top-k of every kernel, less the defaults measured already) are counted beside,
+//! for the report.
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
@@ -89,9 +92,10 @@ pub struct PlanReport {
     pub shared: usize,
     /// Kernels that were tuned already (sources for the others).
     pub already: usize,
-    /// Plans measured.
+    /// Plans measured (a default plan that the first pass measured is not measured again).
     pub trials: usize,
-    /// Plans an exhaustive tuning (top-k of every kernel) would have measured.
+    /// Plans an exhaustive tuning (top-k of every kernel, less the defaults measured already)
+    /// would have measured.
     pub exhaustive_trials: usize,
     /// Of them, for the kernels that do not run the same program as another.
     pub distinct_trials: usize,
@@ -641,19 +645,39 @@ pub fn tune_plans(
     let size = |v: usize| sizes[v];
     let k = settings.top_k.max(1);
     let rounds = |v: usize| scratch_rounds(size(v), k, settings.reuse);
+    // A kernel's default plan, measured by the run's first pass (the cost of every kernel, same
+    // budget, this machine's variant): a trial that would measure it again takes that time.
+    // (Bridges, after the `given` nodes, have no key and no first pass.)
+    let defaults: Vec<Option<Measurement>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(v, n)| {
+            let first = n.space.first()?.0;
+            let e = cache.get(n.key.as_ref()?)?;
+            let cached = e.params.get("plan")?.parse::<PlanChoice>().ok()?;
+            let open = v < given && !tuned[v];
+            (open && isa == host && cached == first).then(|| measured(e))
+        })
+        .collect();
+    let known = |v: usize| usize::from(defaults[v].is_some());
+    // Both searches from scratch measure the default first.
     let scratch = |v: usize| {
         let (a, b) = rounds(v);
-        (a + b) as f64
+        (a + b - known(v)) as f64
     };
     let nests: Vec<Nest> = nodes.iter().map(|n| n.nest.clone()).collect();
     let reuse = |u: usize, v: usize| reuse_trials(&nests[u], &nests[v], size(v)) as f64;
     // The baseline measures every kernel, twins too.
+    // (A twin's default was measured in the first pass as well.)
     report.distinct_trials = (0..given)
         .filter(|&v| !tuned[v])
-        .map(|v| size(v).min(k))
+        .map(|v| size(v).min(k) - known(v))
         .sum::<usize>();
-    report.exhaustive_trials =
-        report.distinct_trials + twins.iter().map(|&(v, _)| size(v).min(k)).sum::<usize>();
+    report.exhaustive_trials = report.distinct_trials
+        + twins
+            .iter()
+            .map(|&(v, _)| size(v).min(k) - known(v))
+            .sum::<usize>();
     let sel = if settings.reuse {
         eto::select(&nests, given, &tuned, &scratch, &reuse)
     } else {
@@ -708,8 +732,9 @@ pub fn tune_plans(
             break; // a source failed to tune: its dependants keep their defaults
         }
         pending.retain(|v| !ready.contains(v));
-        // The trials of every ready node.
+        // The trials of every ready node; a default plan already measured is not measured again.
         let mut trials: Vec<(usize, PlanChoice, Program, BufId)> = Vec::new();
+        let mut results: HashMap<usize, Vec<(PlanChoice, Measurement)>> = HashMap::new();
         for &v in &ready {
             let (prog, kid) = nodes[v]
                 .prog
@@ -754,13 +779,16 @@ pub fn tune_plans(
                 total,
             );
             for (c, _) in cands {
+                if let Some(m) = defaults[v].filter(|_| c == nodes[v].space[0].0) {
+                    results.entry(v).or_default().push((c, m));
+                    continue;
+                }
                 if let Some(t) = with_choice(prog, *kid, c, &target) {
                     trials.push((v, c, t, *kid));
                 }
             }
         }
         // Measure them, in batches of one shared library each.
-        let mut results: HashMap<usize, Vec<(PlanChoice, Measurement)>> = HashMap::new();
         for batch in trials.chunks(48) {
             let items: Vec<(&Program, BufId)> =
                 batch.iter().map(|(_, _, t, id)| (t, *id)).collect();
@@ -815,11 +843,11 @@ pub fn tune_plans(
             }
             nodes[v].best = Some(best);
             let (prog, kid) = nodes[v].prog.as_ref().expect("a kernel");
+            // The trials measured here (the default's first-pass time is not one).
+            let n = ms.len() - ms.iter().filter(|m| Some(m.1) == defaults[v]).count();
             let how = match sel.source[v] {
-                Some(Source::Reuse(u)) => {
-                    format!("reused from {}, {} trials", nodes[u].name, ms.len())
-                }
-                _ => format!("searched, {} trials", ms.len()),
+                Some(Source::Reuse(u)) => format!("reused from {}, {n} trials", nodes[u].name),
+                _ => format!("searched, {n} trials"),
             };
             let plan = plan_stage(
                 prog,
