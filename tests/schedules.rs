@@ -732,6 +732,84 @@ fn short_pads_fill_then_copy_in_every_variant() {
     }
 }
 
+/// A 2-D max pool whose rows fill vectors takes each input column's maximum over the window's
+/// rows first, then the window's columns over that row (`accw`): padded, strided, dilated,
+/// with ceil_mode and an asymmetric kernel, in every vector variant, against the interpreter.
+#[test]
+fn max_pools_take_rows_then_columns_in_every_variant() {
+    let c_only = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    let cases: [(Vec<usize>, Vec<(&str, Vec<i64>)>); 3] = [
+        (
+            vec![1, 4, 40, 40],
+            vec![
+                ("kernel_shape", vec![3, 3]),
+                ("pads", vec![1, 1, 1, 1]),
+                ("strides", vec![2, 2]),
+            ],
+        ),
+        (
+            vec![1, 2, 37, 45],
+            vec![
+                ("kernel_shape", vec![2, 3]),
+                ("pads", vec![0, 1, 1, 2]),
+                ("strides", vec![1, 2]),
+                ("dilations", vec![2, 1]),
+            ],
+        ),
+        (
+            vec![1, 3, 64, 64],
+            vec![
+                ("kernel_shape", vec![3, 3]),
+                ("pads", vec![1, 1, 1, 1]),
+                ("strides", vec![2, 2]),
+                ("ceil_mode", vec![1]),
+            ],
+        ),
+    ];
+    for (i, (xs, attrs)) in cases.iter().enumerate() {
+        let listed: Vec<(&str, Vec<i64>)> = attrs
+            .iter()
+            .filter(|(k, _)| *k != "ceil_mode")
+            .cloned()
+            .collect();
+        let ceil = attrs
+            .iter()
+            .find(|(k, _)| *k == "ceil_mode")
+            .map(|(_, v)| v[0]);
+        let build = |g: &mut Graph, x| {
+            let mut a = ints(&listed);
+            if let Some(c) = ceil {
+                a.0.insert("ceil_mode".into(), Attr::Int(c));
+            }
+            node(g, "MaxPool", a, vec![x])
+        };
+        let c =
+            collage_build::driver::compile(input_graph("pool", xs, build), "t", &c_only).unwrap();
+        let plans: Vec<&str> = c
+            .c_source
+            .lines()
+            .filter(|l| l.contains("/* plan:"))
+            .collect();
+        assert!(
+            c.c_source.contains("accw["),
+            "case {i}: the separable window: {plans:?}"
+        );
+        for isa in [Isa::Avx512, Isa::Avx2, Isa::Base] {
+            check_isa(
+                &format!("maxpool{i}_{isa}"),
+                xs,
+                &c_only,
+                &["-O2"],
+                isa,
+                build,
+            );
+        }
+    }
+}
+
 #[test]
 fn log_sin_and_cos_are_accurate_across_the_floats() {
     // f32 log, sin and cos without libm (vectorisable): within 2 ulp of f64 libm everywhere,

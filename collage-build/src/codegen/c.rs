@@ -1213,29 +1213,52 @@ fn emit_stage(
             out.line(format!(
                 "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
             ));
-            open_reduction(out, &r.extents);
-            if !w.invariant.is_empty() {
-                let inv: Vec<String> = w
-                    .invariant
-                    .iter()
-                    .map(|e| format!("({})", em.expr(e)))
-                    .collect();
-                out.line(format!("if (!({})) continue;", inv.join(" && ")));
-            }
-            let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
-            for b in &w.bounds {
-                let q = bound_c(b, &em.expr(&b.num));
-                if b.lower {
-                    lo = format!("cl_max_i64({lo}, {q})");
-                } else {
-                    hi = format!("cl_min_i64({hi}, {q})");
+            let col = Expr::Var(rank as u32 + 4);
+            let invariant = |out: &mut CWriter| {
+                if !w.invariant.is_empty() {
+                    let inv: Vec<String> = w
+                        .invariant
+                        .iter()
+                        .map(|e| format!("({})", em.expr(e)))
+                        .collect();
+                    out.line(format!("if (!({})) continue;", inv.join(" && ")));
                 }
+            };
+            if let Some((rowload, width)) = separable_window(p, w, r, l, &col) {
+                // Max and min are separable: each input column's maximum over the window's
+                // rows first (contiguous loads), then the window's columns over that row.
+                let c = em.expr(&col);
+                out.line(format!("{cty} accw[{width}] CL_STACK_ALIGNED;"));
+                out.line(format!(
+                    "for (int64_t {c} = 0; {c} < {width}; ++{c}) accw[{c}] = {init};"
+                ));
+                open_reduction(out, &r.extents[..1]);
+                invariant(out);
+                let v = em.expr(&rowload);
+                let upd = accumulate(r.op, st.ty.dtype, &format!("accw[{c}]"), &v);
+                out.line(format!("for (int64_t {c} = 0; {c} < {width}; ++{c}) {upd}"));
+                close_reduction(out, 1);
+                out.open(format!(
+                    "for (int64_t r1 = 0; r1 < {}; ++r1) {{",
+                    r.extents[1]
+                ));
+                let Expr::Load(_, idx) = &w.value else {
+                    unreachable!("a separable window is one load")
+                };
+                let at = format!("accw[{}]", em.expr(idx.last().expect("a loaded row")));
+                window_bounds(out, &em, w, n);
+                let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &at);
+                out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
+                close_reduction(out, 1);
+            } else {
+                open_reduction(out, &r.extents);
+                invariant(out);
+                window_bounds(out, &em, w, n);
+                let v = em.expr(&w.value);
+                let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
+                out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
+                close_reduction(out, r.extents.len());
             }
-            out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
-            let v = em.expr(&w.value);
-            let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
-            out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
-            close_reduction(out, r.extents.len());
             let fin = finalize_c(&em, r);
             out.line(format!(
                 "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
@@ -2045,6 +2068,59 @@ fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
 }
 
 /// Opens one loop per reduction variable (`r0`, `r1`, ...).
+/// `const int64_t lo, hi`: the window row's valid range of the output column, `[0, n)` cut by
+/// the window's bounds.
+fn window_bounds(out: &mut CWriter, em: &Emitter, w: &Window, n: usize) {
+    let (mut lo, mut hi) = ("INT64_C(0)".to_string(), format!("INT64_C({n})"));
+    for b in &w.bounds {
+        let q = bound_c(b, &em.expr(&b.num));
+        if b.lower {
+            lo = format!("cl_max_i64({lo}, {q})");
+        } else {
+            hi = format!("cl_min_i64({hi}, {q})");
+        }
+    }
+    out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
+}
+
+/// A max or min window over two reduction variables that reads one row of its input per
+/// first variable and moves along that row with the second (a 2-D pool): the load with the
+/// row's column as `col` instead, and the row's width. The window's maximum is then the
+/// maximum over its columns of each input column's maximum over the window's rows.
+fn separable_window(
+    p: &Program,
+    w: &Window,
+    r: &crate::te::Reduce,
+    l: usize,
+    col: &Expr,
+) -> Option<(Expr, usize)> {
+    let uses = |e: &Expr, x: &Expr| {
+        let mut found = false;
+        e.visit(&mut |y| found |= y == x);
+        found
+    };
+    let (r0, r1, v) = (Expr::RVar(0), Expr::RVar(1), Expr::Var(l as u32));
+    if !matches!(r.op, RedOp::Max | RedOp::Min) || r.extents.len() != 2 {
+        return None;
+    }
+    let Expr::Load(Src::Buf(b), idx) = &w.value else {
+        return None;
+    };
+    let buf = &p.bufs[b.index()];
+    let (last, rows) = idx.split_last()?;
+    let width = *buf.ty.shape.last()?;
+    let fits = !buf.packed && idx.len() == buf.ty.rank() && width <= 4096;
+    let rows_ok = rows.iter().all(|e| !uses(e, &r1) && !uses(e, &v));
+    let last_ok = !uses(last, &r0);
+    let rest_ok =
+        w.invariant.iter().all(|e| !uses(e, &r1)) && w.bounds.iter().all(|b| !uses(&b.num, &r0));
+    (fits && rows_ok && last_ok && rest_ok).then(|| {
+        let mut at = rows.to_vec();
+        at.push(col.clone());
+        (Expr::Load(Src::Buf(*b), at), width)
+    })
+}
+
 fn open_reduction<T: std::fmt::Display>(out: &mut CWriter, extents: &[T]) {
     for (k, e) in extents.iter().enumerate() {
         out.open(format!("for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{"));
