@@ -5,7 +5,7 @@
 //! `collage_<symbol>_run(rt, arena, weights, inputs)` runs the stages in order.
 use crate::ir::{strides, DType};
 use crate::schedule::analysis::{flat_inner, is_vector, merge_body, split_body, vectorizable};
-use crate::schedule::plan::CACHE_LINE;
+use crate::schedule::plan::{separable_window, CACHE_LINE};
 pub use crate::schedule::Location;
 use crate::te::{
     Band, BinOp, Bound, BufId, BufKind, Exec, Expr, GemmPlan, Group, Isa, KernelPlan, LibraryCall,
@@ -1224,7 +1224,7 @@ fn emit_stage(
                     out.line(format!("if (!({})) continue;", inv.join(" && ")));
                 }
             };
-            if let Some((rowload, width)) = separable_window(p, w, r, l, &col) {
+            if let Some((rowload, at, width)) = separable_window(p, w, r, l as u32, &col) {
                 // Max and min are separable: each input column's maximum over the window's
                 // rows first (contiguous loads), then the window's columns over that row.
                 let c = em.expr(&col);
@@ -1242,10 +1242,7 @@ fn emit_stage(
                     "for (int64_t r1 = 0; r1 < {}; ++r1) {{",
                     r.extents[1]
                 ));
-                let Expr::Load(_, idx) = &w.value else {
-                    unreachable!("a separable window is one load")
-                };
-                let at = format!("accw[{}]", em.expr(idx.last().expect("a loaded row")));
+                let at = format!("accw[{}]", em.expr(&at));
                 window_bounds(out, &em, w, n);
                 let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &at);
                 out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
@@ -2067,7 +2064,6 @@ fn packed_row(idx: &[Expr], shape: &[usize]) -> (Expr, usize) {
     )
 }
 
-/// Opens one loop per reduction variable (`r0`, `r1`, ...).
 /// `const int64_t lo, hi`: the window row's valid range of the output column, `[0, n)` cut by
 /// the window's bounds.
 fn window_bounds(out: &mut CWriter, em: &Emitter, w: &Window, n: usize) {
@@ -2083,44 +2079,7 @@ fn window_bounds(out: &mut CWriter, em: &Emitter, w: &Window, n: usize) {
     out.line(format!("const int64_t lo = {lo}, hi = {hi};"));
 }
 
-/// A max or min window over two reduction variables that reads one row of its input per
-/// first variable and moves along that row with the second (a 2-D pool): the load with the
-/// row's column as `col` instead, and the row's width. The window's maximum is then the
-/// maximum over its columns of each input column's maximum over the window's rows.
-fn separable_window(
-    p: &Program,
-    w: &Window,
-    r: &crate::te::Reduce,
-    l: usize,
-    col: &Expr,
-) -> Option<(Expr, usize)> {
-    let uses = |e: &Expr, x: &Expr| {
-        let mut found = false;
-        e.visit(&mut |y| found |= y == x);
-        found
-    };
-    let (r0, r1, v) = (Expr::RVar(0), Expr::RVar(1), Expr::Var(l as u32));
-    if !matches!(r.op, RedOp::Max | RedOp::Min) || r.extents.len() != 2 {
-        return None;
-    }
-    let Expr::Load(Src::Buf(b), idx) = &w.value else {
-        return None;
-    };
-    let buf = &p.bufs[b.index()];
-    let (last, rows) = idx.split_last()?;
-    let width = *buf.ty.shape.last()?;
-    let fits = !buf.packed && idx.len() == buf.ty.rank() && width <= 4096;
-    let rows_ok = rows.iter().all(|e| !uses(e, &r1) && !uses(e, &v));
-    let last_ok = !uses(last, &r0);
-    let rest_ok =
-        w.invariant.iter().all(|e| !uses(e, &r1)) && w.bounds.iter().all(|b| !uses(&b.num, &r0));
-    (fits && rows_ok && last_ok && rest_ok).then(|| {
-        let mut at = rows.to_vec();
-        at.push(col.clone());
-        (Expr::Load(Src::Buf(*b), at), width)
-    })
-}
-
+/// Opens one loop per reduction variable (`r0`, `r1`, ...).
 fn open_reduction<T: std::fmt::Display>(out: &mut CWriter, extents: &[T]) {
     for (k, e) in extents.iter().enumerate() {
         out.open(format!("for (int64_t r{k} = 0; r{k} < {e}; ++r{k}) {{"));

@@ -843,8 +843,11 @@ pub fn tune_plans(
             }
             nodes[v].best = Some(best);
             let (prog, kid) = nodes[v].prog.as_ref().expect("a kernel");
-            // The trials measured here (the default's first-pass time is not one).
-            let n = ms.len() - ms.iter().filter(|m| Some(m.1) == defaults[v]).count();
+            // The trials measured here (a default timed by the first pass was not measured).
+            let n = ms
+                .iter()
+                .filter(|m| defaults[v].is_none() || m.0 != default)
+                .count();
             let how = match sel.source[v] {
                 Some(Source::Reuse(u)) => format!("reused from {}, {n} trials", nodes[u].name),
                 _ => format!("searched, {n} trials"),

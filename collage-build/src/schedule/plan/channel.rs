@@ -134,7 +134,8 @@ fn plan_along(
             // suffices (the tasks are equal). ResNet-18's 3x3 layers of 512 channels at 7x7
             // (1.2 MB of weights a tile of 64): 16 tasks -> 8, the model 7.13 -> 6.91 ms on
             // 2 cores of a Zen 5 (1 MB L2 a core); each tile's weights are streamed once.
-            let least = if r.extents.iter().product::<usize>() * tile * 4 > capacity {
+            let weights = r.extents.iter().product::<usize>() * tile * st.ty.dtype.size();
+            let least = if weights > capacity {
                 cpu.cores.max(1)
             } else {
                 MIN_TASKS

@@ -13,6 +13,7 @@
 mod channel;
 mod plane;
 mod window;
+pub(crate) use window::separable as separable_window;
 
 use std::borrow::Cow;
 

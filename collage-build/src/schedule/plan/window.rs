@@ -6,7 +6,7 @@
 //! (vectorisable), and each element still combines its window points in the same order.
 use crate::ir::DType;
 use crate::schedule::analysis::conjuncts;
-use crate::te::{BinOp, Bound, Expr, RedOp, Scalar, Window};
+use crate::te::{BinOp, Bound, Expr, Program, RedOp, Reduce, Scalar, Src, Window};
 
 fn mentions(e: &Expr, v: u32) -> bool {
     match e {
@@ -18,6 +18,13 @@ fn mentions(e: &Expr, v: u32) -> bool {
         Expr::Bin(_, a, b) => mentions(a, v) || mentions(b, v),
         Expr::Select(c, a, b) => mentions(c, v) || mentions(a, v) || mentions(b, v),
     }
+}
+
+/// Whether `e` reads reduction variable `r`.
+fn mentions_r(e: &Expr, r: u32) -> bool {
+    let mut found = false;
+    e.visit(&mut |x| found |= *x == Expr::RVar(r));
+    found
 }
 
 fn int(e: &Expr) -> Option<i64> {
@@ -118,6 +125,41 @@ pub fn split(body: &Expr, init: Scalar, v: u32) -> Option<Window> {
         });
     }
     (!w.bounds.is_empty()).then_some(w)
+}
+
+/// Widest input row a separable window keeps on the stack (floats).
+const MAX_SEPARABLE_ROW: usize = 4096;
+
+/// A max or min window `w` of reduction `r` (split for output variable `v`) over two reduction
+/// variables, the first picking its input row and the second moving along that row (a 2-D
+/// pool): the load with the row's column as `col` instead, the loaded column, and the row's
+/// width. The window's maximum is then the maximum over its columns of each input column's
+/// maximum over the window's rows; the bounds on `v` depend on the second variable only.
+pub(crate) fn separable(
+    p: &Program,
+    w: &Window,
+    r: &Reduce,
+    v: u32,
+    col: &Expr,
+) -> Option<(Expr, Expr, usize)> {
+    if !matches!(r.op, RedOp::Max | RedOp::Min) || r.extents.len() != 2 {
+        return None;
+    }
+    let Expr::Load(Src::Buf(b), idx) = &w.value else {
+        return None;
+    };
+    let buf = &p.bufs[b.index()];
+    let (last, rows) = idx.split_last()?;
+    let width = *buf.ty.shape.last()?;
+    let fits = !buf.packed && idx.len() == buf.ty.rank() && width <= MAX_SEPARABLE_ROW;
+    let rows_ok = rows.iter().all(|e| !mentions_r(e, 1) && !mentions(e, v));
+    let rest_ok = w.invariant.iter().all(|e| !mentions_r(e, 1))
+        && w.bounds.iter().all(|b| !mentions_r(&b.num, 0));
+    (fits && rows_ok && !mentions_r(last, 0) && rest_ok).then(|| {
+        let mut at = rows.to_vec();
+        at.push(col.clone());
+        (Expr::Load(Src::Buf(*b), at), last.clone(), width)
+    })
 }
 
 #[cfg(test)]
