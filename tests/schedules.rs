@@ -811,6 +811,74 @@ fn max_pools_take_rows_then_columns_in_every_variant() {
 }
 
 #[test]
+fn transposes_run_in_blocks_of_a_line_in_every_variant() {
+    // A transpose whose rows read more lines than the L1 sets their stride maps to hold runs a
+    // line's worth of rows together (`block`); a run ends at a block's end or at a task's end
+    // (192 positions at two threads: chunks of 24, so runs of 16 and 8), which the results
+    // check, in every variant and at one and two threads.
+    let c_only = Options {
+        backends: "c".into(),
+        ..Options::default()
+    };
+    // (input shape, the plan's block): a key transpose of six heads of 32 (rows of 512 lines
+    // 768 B apart: 16 sets), rows of 12 (a block of 4), and a short one that stays unblocked.
+    let cases: [(Vec<usize>, Option<usize>); 3] = [
+        (vec![1, 512, 6, 32], Some(16)),
+        (vec![1, 400, 16, 12], Some(4)),
+        (vec![1, 100, 6, 32], None),
+    ];
+    for (i, (xs, block)) in cases.iter().enumerate() {
+        let build =
+            |g: &mut Graph, x| node(g, "Transpose", ints(&[("perm", vec![0, 2, 3, 1])]), vec![x]);
+        let c = collage_build::driver::compile(input_graph("transpose", xs, build), "t", &c_only)
+            .unwrap();
+        let plans: Vec<&str> = c
+            .c_source
+            .lines()
+            .filter(|l| l.contains("/* plan:"))
+            .collect();
+        let want = block.map(|b| format!(" block {b} */"));
+        assert!(
+            plans.iter().all(|l| match &want {
+                Some(w) => l.ends_with(w.as_str()),
+                None => !l.contains(" block "),
+            }),
+            "case {i}: {plans:?}"
+        );
+        // The reference: the transpose folded as a constant. Each thread count gets a model
+        // of its own, so that no output a run left behind hides a position another run skips.
+        let x = rand(xs, 7);
+        let mut folded = Graph::new("transpose");
+        let xv = folded.add_const("x", x.clone());
+        let y = build(&mut folded, xv);
+        folded.outputs.push(y);
+        passes::run(&mut folded, passes::PIPELINE).unwrap();
+        let want = folded.konst(folded.outputs[0]).unwrap().as_ref().clone();
+        for isa in [Isa::Avx512, Isa::Avx2, Isa::Base] {
+            for threads in [2, 1] {
+                let work = std::env::temp_dir().join(format!(
+                    "collage-transpose{i}-{isa}-{threads}-{}",
+                    std::process::id()
+                ));
+                let mut m = collage_build::native::NativeModel::build_defines(
+                    &c,
+                    &work,
+                    "-O2",
+                    isa.defines(),
+                )
+                .unwrap();
+                let got = m
+                    .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
+                    .unwrap();
+                let (ok, err) = tensor::compare(&got[0], &want);
+                assert!(ok, "case {i}, {isa}, {threads} threads: max error {err}");
+                let _ = std::fs::remove_dir_all(&work);
+            }
+        }
+    }
+}
+
+#[test]
 fn log_sin_and_cos_are_accurate_across_the_floats() {
     // f32 log, sin and cos without libm (vectorisable): within 2 ulp of f64 libm everywhere,
     // with the special values (log of 0, of a negative, of inf; sin(-0) = -0; sin of inf).

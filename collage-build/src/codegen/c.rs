@@ -1066,6 +1066,20 @@ fn emit_stage(
         KernelPlan::Window(wp) => (wp.outer, None, None, Some(&wp.window)),
         KernelPlan::Plain(pp) => (pp.outer, None, None, None),
     };
+    if let KernelPlan::Injective(ip) = plan {
+        if let Some(b) = ip.block {
+            // A transpose has no guard, split or flat loop, and is never a panel group's
+            // producer nor a band group's member (those are an im2col and register-blocked /
+            // depthwise stages).
+            assert!(
+                member.is_none() && band.is_none() && split.is_none() && guarded.is_none(),
+                "a blocked transpose runs alone or in a row group"
+            );
+            emit_transpose(out, &em, id, st, nd, b);
+            out.close("}");
+            return (fname, n_outer, parallel);
+        }
+    }
     let simd = matches!(plan, KernelPlan::Plain(PlainPlan { simd: true, .. }));
     debug_assert!(split.is_none() || st.reduce.is_none());
     // The inner dimensions run as one flat loop (a panel-packed output, or a group's slice of
@@ -1117,6 +1131,16 @@ fn emit_stage(
             "{{ float *restrict d = &b{id}[begin * {n}]; const int64_t m = (end - begin) * {n}; {zero} }}"
         ));
     }
+    // A panel-packed output of a plain injective stage: its last dimension runs a panel at a
+    // time (a group's member keeps its slice of the columns).
+    let panel_rows = p.bufs[id.index()].packed
+        && matches!(plan, KernelPlan::Injective(_))
+        && rank > nd
+        && member.is_none()
+        && split.is_none()
+        && guarded.is_none()
+        && flat.is_none()
+        && shape[rank - 1] > 1;
     out.open("for (int64_t o = begin; o < end; ++o) {");
     unravel_outer(out, shape, nd);
     let loop_dims = flat.map_or(rank, |(m, _)| m);
@@ -1171,6 +1195,16 @@ fn emit_stage(
             _ if fill && k == rank - 1 => {
                 out.open(format!("for (int64_t i{k} = c0; i{k} < c1; ++i{k}) {{"));
             }
+            _ if panel_rows && k == rank - 1 => {
+                // A panel-packed output's row, a panel at a time: the store is contiguous
+                // along the inner loop (no division per element; the compiler vectorises).
+                out.open(format!(
+                    "for (int64_t p{k} = 0; p{k} < {d}; p{k} += {PANEL}) {{"
+                ));
+                out.open(format!(
+                    "for (int64_t i{k} = p{k}; i{k} < cl_min_i64(p{k} + {PANEL}, {d}); ++i{k}) {{"
+                ));
+            }
             _ => {
                 out.open(format!("for (int64_t i{k} = 0; i{k} < {d}; ++i{k}) {{"));
             }
@@ -1196,11 +1230,19 @@ fn emit_stage(
     let flat_out = if p.bufs[id.index()].packed {
         let l = rank - 1;
         let (rowflat, rows) = packed_rows(shape);
-        format!(
-            "{} * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
-            em.panel(id, &format!("i{l}")),
-            rows * PANEL
-        )
+        if panel_rows {
+            format!(
+                "{} * {} + ({rowflat}) * {PANEL} + (i{l} - p{l})",
+                em.panel(id, &format!("p{l}")),
+                rows * PANEL
+            )
+        } else {
+            format!(
+                "{} * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
+                em.panel(id, &format!("i{l}")),
+                rows * PANEL
+            )
+        }
     } else {
         flat_out
     };
@@ -1324,15 +1366,65 @@ fn emit_stage(
             out.line(format!("b{id}[{flat_out}] = {fin};"));
         }
     }
-    let opened = loop_dims + split.map_or(0, |_| 1) + usize::from(flat.is_some())
-        - usize::from(win.is_some())
-        - usize::from(guarded.is_some());
+    let opened =
+        loop_dims + split.map_or(0, |_| 1) + usize::from(panel_rows) + usize::from(flat.is_some())
+            - usize::from(win.is_some())
+            - usize::from(guarded.is_some());
     for _ in nd..opened {
         out.close("}");
     }
     out.close("}"); // the outer loop
     out.close("}"); // the function
     (fname, n_outer, parallel)
+}
+
+/// An injective transpose ([`crate::te::InjectivePlan::block`]): the positions `o` of the
+/// outer loop in runs of up to `b` that share a block of the last outer dimension `q`; each run
+/// walks the last dimension, and the run's positions innermost (`i{q}` redefined there), so
+/// that the source's line read at one column of the last dimension is used whole.
+fn emit_transpose(out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage, nd: usize, b: usize) {
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let (q, l) = (nd - 1, rank - 1);
+    // The run's variable: past every name the loop nests use (`i{rank}`..`i{rank + 4}`).
+    let t = rank + 5;
+    let flat_out = if em.p.bufs[id.index()].packed {
+        let (rowflat, rows) = packed_rows(shape);
+        format!(
+            "{} * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
+            em.panel(id, &format!("i{l}")),
+            rows * PANEL
+        )
+    } else {
+        let st_strides = strides(shape);
+        let terms: Vec<String> = (0..rank)
+            .filter(|&k| shape[k] != 1)
+            .map(|k| format!("i{k} * {}", st_strides[k]))
+            .collect();
+        if terms.is_empty() {
+            "0".to_string()
+        } else {
+            terms.join(" + ")
+        }
+    };
+    out.open("for (int64_t o = begin; o < end;) {");
+    out.line(format!(
+        "const int64_t on = cl_min_i64(end, (o / {b} + 1) * {b});"
+    ));
+    unravel_outer(out, shape, nd);
+    out.open(format!(
+        "for (int64_t i{l} = 0; i{l} < {}; ++i{l}) {{",
+        shape[l]
+    ));
+    out.open(format!(
+        "for (int64_t i{t} = i{q}; i{t} < i{q} + (on - o); ++i{t}) {{"
+    ));
+    out.line(format!("const int64_t i{q} = i{t};"));
+    out.line(format!("b{id}[{flat_out}] = {};", em.expr(&st.body)));
+    out.close("}");
+    out.close("}");
+    out.line("o = on;");
+    out.close("}");
 }
 
 /// A panel-packed output's row (`i0 .. i{l-1}` flattened, the last dimension `l` excluded) as C,

@@ -595,6 +595,12 @@ pub struct InjectivePlan {
     /// one row-major run: an element-wise stage over an image's rows and columns), so that the
     /// loop is long, its vector constants are set up once and no short row leaves a remainder.
     pub flat: Option<usize>,
+    /// A transpose: the body reads a source with stride 1 along the last outer dimension and
+    /// with a long stride along the last one. This many consecutive positions of the last
+    /// outer dimension run together, innermost, so that every line of the source read is used
+    /// whole instead of one element of it (the tasks are unchanged: positions of the outer
+    /// loop, a run ending at a block's or the task's end).
+    pub block: Option<usize>,
 }
 
 /// A padded window reduction's loops.
@@ -878,6 +884,9 @@ impl fmt::Display for KernelPlan {
                 }
                 if let Some(k) = i.flat {
                     write!(f, " flat from {k}")?;
+                }
+                if let Some(b) = i.block {
+                    write!(f, " block {b}")?;
                 }
                 Ok(())
             }
