@@ -78,17 +78,29 @@ fn inline_injective(p: &mut Program) {
         };
         let c_reduces = cst.reduce.is_some();
         let c_part = cst.part;
+        // A copy made to be materialised (a matmul's computed right-hand side, packed for it):
+        // it reads each element of its source once.
+        let c_copy = cst.materialize && cst.exec == Exec::Generated && is_trivial(cst);
+        let c_numel: usize = cst.ty.shape.iter().product();
         let can_inline = |k: BufId, e: &Expr| -> bool {
             let Some(pst) = p.stage(k) else { return false };
             if pst.reduce.is_some() || pst.materialize || pst.exec != Exec::Generated {
                 return false;
             }
             // A pure index remapping (reshape, transpose) is a view: it is inlined into readers
-            // in any partition; anything else only inside its own.
+            // in any partition; anything else only inside its own, or into a copy that reads
+            // each of its elements once (attention's key and value, a bias added and the heads
+            // transposed in one partition, copied for the matmul in the next: the copy
+            // computes them, and the transposed tensor never goes to memory; both are
+            // generated code).
             if is_trivial(pst) {
                 return true;
             }
-            if pst.part != c_part {
+            let relayout = c_copy
+                && is_cheap(pst)
+                && readers[k.index()] == [BufId::new(c)]
+                && pst.ty.shape.iter().product::<usize>() == c_numel;
+            if pst.part != c_part && !relayout {
                 return false;
             }
             // A producer that chooses between sources or padding (Concat, Pad) would put a
