@@ -1229,19 +1229,10 @@ fn emit_stage(
     let cty = st.ty.dtype.c_type();
     let flat_out = if p.bufs[id.index()].packed {
         let l = rank - 1;
-        let (rowflat, rows) = packed_rows(shape);
         if panel_rows {
-            format!(
-                "{} * {} + ({rowflat}) * {PANEL} + (i{l} - p{l})",
-                em.panel(id, &format!("p{l}")),
-                rows * PANEL
-            )
+            packed_offset(&em, id, shape, &format!("p{l}"), &format!("i{l} - p{l}"))
         } else {
-            format!(
-                "{} * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
-                em.panel(id, &format!("i{l}")),
-                rows * PANEL
-            )
+            packed_offset(&em, id, shape, &format!("i{l}"), &format!("i{l} % {PANEL}"))
         }
     } else {
         flat_out
@@ -1389,23 +1380,10 @@ fn emit_transpose(out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage, nd: us
     // The run's variable: past every name the loop nests use (`i{rank}`..`i{rank + 4}`).
     let t = rank + 5;
     let flat_out = if em.p.bufs[id.index()].packed {
-        let (rowflat, rows) = packed_rows(shape);
-        format!(
-            "{} * {} + ({rowflat}) * {PANEL} + (i{l} % {PANEL})",
-            em.panel(id, &format!("i{l}")),
-            rows * PANEL
-        )
+        packed_offset(em, id, shape, &format!("i{l}"), &format!("i{l} % {PANEL}"))
     } else {
-        let st_strides = strides(shape);
-        let terms: Vec<String> = (0..rank)
-            .filter(|&k| shape[k] != 1)
-            .map(|k| format!("i{k} * {}", st_strides[k]))
-            .collect();
-        if terms.is_empty() {
-            "0".to_string()
-        } else {
-            terms.join(" + ")
-        }
+        // Row-major, no dimension jammed (`jk` past the last).
+        jammed_offset(shape, &strides(shape), rank, 0, None)
     };
     out.open("for (int64_t o = begin; o < end;) {");
     out.line(format!(
@@ -1425,6 +1403,17 @@ fn emit_transpose(out: &mut CWriter, em: &Emitter, id: BufId, st: &Stage, nd: us
     out.close("}");
     out.line("o = on;");
     out.close("}");
+}
+
+/// The C offset in panel-packed buffer `id` (of `shape`) of the element of the row `i0 ..
+/// i{l-1}` whose panel is that of column `col` and whose place in the panel is `within`.
+fn packed_offset(em: &Emitter, id: BufId, shape: &[usize], col: &str, within: &str) -> String {
+    let (rowflat, rows) = packed_rows(shape);
+    format!(
+        "{} * {} + ({rowflat}) * {PANEL} + ({within})",
+        em.panel(id, col),
+        rows * PANEL
+    )
 }
 
 /// A panel-packed output's row (`i0 .. i{l-1}` flattened, the last dimension `l` excluded) as C,

@@ -153,14 +153,16 @@ fn reads_along_row(body: &Expr, a: BufId, row: u32) -> bool {
     any && ok
 }
 
+/// The greatest common divisor of `a` and `b` (`gcd(a, 0) = a`).
+pub(super) fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// The least common multiple of `a` and `b` (both positive).
 pub(super) fn lcm(a: usize, b: usize) -> usize {
-    let gcd = |mut x: usize, mut y: usize| {
-        while y != 0 {
-            (x, y) = (y, x % y);
-        }
-        x
-    };
     a / gcd(a, b) * b
 }
 

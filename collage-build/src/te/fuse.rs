@@ -81,7 +81,6 @@ fn inline_injective(p: &mut Program) {
         // A copy made to be materialised (a matmul's computed right-hand side, packed for it):
         // it reads each element of its source once.
         let c_copy = cst.materialize && cst.exec == Exec::Generated && is_trivial(cst);
-        let c_numel: usize = cst.ty.shape.iter().product();
         let can_inline = |k: BufId, e: &Expr| -> bool {
             let Some(pst) = p.stage(k) else { return false };
             if pst.reduce.is_some() || pst.materialize || pst.exec != Exec::Generated {
@@ -99,7 +98,7 @@ fn inline_injective(p: &mut Program) {
             let relayout = c_copy
                 && is_cheap(pst)
                 && readers[k.index()] == [BufId::new(c)]
-                && pst.ty.shape.iter().product::<usize>() == c_numel;
+                && pst.ty.numel() == cst.ty.numel();
             if pst.part != c_part && !relayout {
                 return false;
             }

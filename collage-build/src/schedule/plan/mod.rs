@@ -22,6 +22,7 @@ use crate::schedule::analysis::{
     coef, conjuncts, contiguous_along, contiguous_along_r, load_coef, mergeable_from, split_body,
     split_factor, uses_var, vectorizable,
 };
+use crate::schedule::group::gcd;
 use crate::schedule::kernel::{gemm_defaults, random_choice, row_defaults, Draw};
 use crate::target::{Cpu, Target};
 use crate::te::{
@@ -301,15 +302,14 @@ fn injective_plan(p: &Program, st: &Stage, cpu: &Cpu, copy: bool) -> InjectivePl
 /// 35 -> 15 us at two threads; ViT's (197 lines 768 B apart in 16 sets, which hold 192) 6.6 ->
 /// 9.1 us, so not there: its lines mostly stay, and the run's scattered stores cost more.
 fn transpose_block(p: &Program, st: &Stage, cpu: &Cpu, outer: usize) -> Option<usize> {
-    const SETS: u64 = 64;
-    const LINE: u64 = 64;
+    const SETS: usize = 64;
     let shape = &st.ty.shape;
     let rank = shape.len();
     if outer == 0 || rank != outer + 1 || st.reduce.is_some() || shape[rank - 1] < 4 {
         return None;
     }
-    let ways = (cpu.l1d as u64 / (SETS * LINE)).max(1);
-    let lines = shape[rank - 1] as u64;
+    let ways = (cpu.l1d / (SETS * CACHE_LINE)).max(1);
+    let lines = shape[rank - 1];
     let (q, l) = (outer as u32 - 1, rank as u32 - 1);
     let mut transposed = false;
     st.body.visit(&mut |e| {
@@ -323,12 +323,12 @@ fn transpose_block(p: &Program, st: &Stage, cpu: &Cpu, outer: usize) -> Option<u
         let Some(along) = load_coef(p, e, l) else {
             return;
         };
-        let bytes = along.unsigned_abs() * src.ty.dtype.size() as u64;
-        if bytes < LINE {
+        let bytes = along.unsigned_abs() as usize * src.ty.dtype.size();
+        if bytes < CACHE_LINE {
             return;
         }
-        let sets = if bytes.is_multiple_of(LINE) {
-            SETS / gcd(bytes / LINE, SETS)
+        let sets = if bytes.is_multiple_of(CACHE_LINE) {
+            SETS / gcd(bytes / CACHE_LINE, SETS)
         } else {
             SETS
         };
@@ -337,19 +337,11 @@ fn transpose_block(p: &Program, st: &Stage, cpu: &Cpu, outer: usize) -> Option<u
     if !transposed {
         return None;
     }
-    let mut b = 64 / st.ty.dtype.size().max(1);
+    let mut b = CACHE_LINE / st.ty.dtype.size().max(1);
     while b >= 4 && !shape[outer - 1].is_multiple_of(b) {
         b /= 2;
     }
     (b >= 4).then_some(b)
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
 }
 
 /// The stage a plan is chosen for at buffer `b`: a generated stage itself; for a library call,
