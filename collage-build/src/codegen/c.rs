@@ -1323,33 +1323,111 @@ fn emit_stage(
             let overlap = (nan_flag && e_last > lanes && e_last % lanes != 0)
                 .then(|| (e_last - e_last % lanes, e_last - lanes));
             let v = em.expr(&st.body);
-            let body = if nan_flag {
-                // The flag carries NaN, so the select can be the one a vector max is.
-                let cmp = if r.op == RedOp::Max { ">" } else { "<" };
-                format!("const {cty} x = {v}; acc = x {cmp} acc ? x : acc; anynan |= x != x;")
-            } else {
-                accumulate(r.op, st.ty.dtype, "acc", &v)
-            };
-            for (k, &e) in r.extents.iter().enumerate() {
-                if simd && k == last_r {
-                    out.line(format!("#pragma omp simd {clause}"));
+            let cmp = if r.op == RedOp::Max { ">" } else { "<" };
+            let update = |acc: &str| {
+                if nan_flag {
+                    // The flag carries NaN, so the select can be the one a vector max is.
+                    format!(
+                        "const {cty} x = {v}; {acc} = x {cmp} {acc} ? x : {acc}; anynan |= x != x;"
+                    )
+                } else {
+                    accumulate(r.op, st.ty.dtype, acc, &v)
                 }
-                let stop = match overlap {
-                    Some((main, _)) if k == last_r => main,
-                    _ => e,
-                };
-                out.open(format!("for (int64_t r{k} = 0; r{k} < {stop}; ++r{k}) {{"));
-            }
-            out.line(&body);
-            if let Some((_, from)) = overlap {
-                out.close("}");
-                out.line(format!("#pragma omp simd {clause}"));
-                out.open(format!(
-                    "for (int64_t r{last_r} = {from}; r{last_r} < {e_last}; ++r{last_r}) {{"
+            };
+            let body = update("acc");
+            // Chains: the innermost reduction in blocks of `chains` vectors, one accumulator a
+            // lane of each (`accv`), combined by a tree after the last block; the rest of the
+            // row (less than a block) as one vector loop into `acc`.
+            let chains = match plan {
+                KernelPlan::Plain(pp) if simd => pp.chains,
+                _ => 1,
+            };
+            let block = chains * lanes;
+            debug_assert!(block.is_power_of_two(), "the plan legalises chains");
+            let main = if chains > 1 {
+                e_last / block * block
+            } else {
+                0
+            };
+            if main > 0 {
+                let init = scalar(r.op.init(st.ty.dtype));
+                out.line(format!("{cty} accv[{block}] CL_STACK_ALIGNED;"));
+                out.line(format!(
+                    "for (int64_t l = 0; l < {block}; ++l) accv[l] = {init};"
                 ));
+                open_reduction(out, &r.extents[..last_r]);
+                out.open(format!(
+                    "for (int64_t rb = 0; rb < {main}; rb += {block}) {{"
+                ));
+                out.line(if nan_flag {
+                    "#pragma omp simd reduction(|:anynan)"
+                } else {
+                    "#pragma omp simd"
+                });
+                out.open(format!("for (int64_t rl = 0; rl < {block}; ++rl) {{"));
+                out.line(format!("const int64_t r{last_r} = rb + rl;"));
+                out.line(update("accv[rl]"));
+                out.close("}");
+                out.close("}");
+                // The rest: whole vectors from `main`, then (max, min) one more overlapping
+                // the row's end, which may reach back into the blocks (idempotent).
+                let stop = overlap.map_or(e_last, |(m, _)| m);
+                if stop > main {
+                    out.line(format!("#pragma omp simd {clause}"));
+                    out.open(format!(
+                        "for (int64_t r{last_r} = {main}; r{last_r} < {stop}; ++r{last_r}) {{"
+                    ));
+                    out.line(&body);
+                    out.close("}");
+                }
+                if let Some((_, from)) = overlap {
+                    out.line(format!("#pragma omp simd {clause}"));
+                    out.open(format!(
+                        "for (int64_t r{last_r} = {from}; r{last_r} < {e_last}; ++r{last_r}) {{"
+                    ));
+                    out.line(&body);
+                    out.close("}");
+                }
+                close_reduction(out, last_r);
+                // The tree: halves of the block, each loop of a constant count (whole vectors
+                // while they last, then the lanes of one).
+                let mut w = block / 2;
+                while w >= 1 {
+                    let combine = if r.op == RedOp::Sum {
+                        format!("accv[l] += accv[l + {w}];")
+                    } else {
+                        format!("accv[l] = accv[l + {w}] {cmp} accv[l] ? accv[l + {w}] : accv[l];")
+                    };
+                    out.line(format!("for (int64_t l = 0; l < {w}; ++l) {combine}"));
+                    w /= 2;
+                }
+                out.line(if r.op == RedOp::Sum {
+                    "acc += accv[0];".to_string()
+                } else {
+                    format!("acc = accv[0] {cmp} acc ? accv[0] : acc;")
+                });
+            } else {
+                for (k, &e) in r.extents.iter().enumerate() {
+                    if simd && k == last_r {
+                        out.line(format!("#pragma omp simd {clause}"));
+                    }
+                    let stop = match overlap {
+                        Some((main, _)) if k == last_r => main,
+                        _ => e,
+                    };
+                    out.open(format!("for (int64_t r{k} = 0; r{k} < {stop}; ++r{k}) {{"));
+                }
                 out.line(&body);
+                if let Some((_, from)) = overlap {
+                    out.close("}");
+                    out.line(format!("#pragma omp simd {clause}"));
+                    out.open(format!(
+                        "for (int64_t r{last_r} = {from}; r{last_r} < {e_last}; ++r{last_r}) {{"
+                    ));
+                    out.line(&body);
+                }
+                close_reduction(out, r.extents.len());
             }
-            close_reduction(out, r.extents.len());
             if nan_flag {
                 out.line("if (anynan) acc = NAN;");
             }

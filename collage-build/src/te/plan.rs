@@ -372,7 +372,10 @@ impl KernelPlan {
         match self {
             KernelPlan::Injective(i) => PlanChoice::Elementwise { copy: i.copy },
             KernelPlan::Window(_) => PlanChoice::Window,
-            KernelPlan::Plain(x) => PlanChoice::Plain { simd: x.simd },
+            KernelPlan::Plain(x) => PlanChoice::Plain {
+                simd: x.simd,
+                chains: x.chains as u8,
+            },
             KernelPlan::Row(r) => PlanChoice::Row {
                 jam: r.max_jam as u8,
                 acc: r.acc,
@@ -526,6 +529,8 @@ pub enum PlanChoice {
     Plain {
         /// Vectorise the innermost reduction loop (`#pragma omp simd`).
         simd: bool,
+        /// Independent vector accumulators of a vectorised reduction (1..=8; 1 is one).
+        chains: u8,
     },
     /// [`KernelPlan::Row`].
     Row {
@@ -653,6 +658,11 @@ pub struct PlainPlan {
     pub parallel: bool,
     /// The innermost reduction loop is vectorised (`#pragma omp simd`).
     pub simd: bool,
+    /// Independent accumulators of a vectorised reduction: the innermost reduction runs in
+    /// blocks of `chains` vectors, each lane of each vector summing on its own, combined by a
+    /// tree once the row is done. One vector accumulator makes a row's reduction a chain of
+    /// dependent adds, one a vector (its latency, not the adder's throughput, is the bound).
+    pub chains: usize,
 }
 
 /// A range check `s * v + rest OP bound`, as `v >= lo` (lower) or `v < hi` (upper) with
@@ -980,7 +990,9 @@ impl PlanChoice {
         match *self {
             PlanChoice::Elementwise { copy } => vec![("copy", b(copy))],
             PlanChoice::Window => vec![],
-            PlanChoice::Plain { simd } => vec![("simd", b(simd))],
+            PlanChoice::Plain { simd, chains } => {
+                vec![("simd", b(simd)), ("chains", chains.into())]
+            }
             PlanChoice::Row { jam, acc } => vec![("jam", jam.into()), ("acc", acc)],
             PlanChoice::Gemm {
                 vecs,
@@ -1025,7 +1037,7 @@ impl PlanChoice {
         match kind {
             PlanKind::Elementwise => &[("copy", 0, 1)],
             PlanKind::Window => &[],
-            PlanKind::Plain => &[("simd", 0, 1)],
+            PlanKind::Plain => &[("simd", 0, 1), ("chains", 1, 8)],
             PlanKind::Row => &[("jam", 1, 8), ("acc", 64, 65536)],
             PlanKind::RegisterBlocked => &[("vecs", 1, 4), ("rows", 1, 8), ("prefetch", 0, 4)],
             PlanKind::Plane => &[
@@ -1052,7 +1064,10 @@ impl PlanChoice {
         match kind {
             PlanKind::Elementwise => PlanChoice::Elementwise { copy: flag("copy") },
             PlanKind::Window => PlanChoice::Window,
-            PlanKind::Plain => PlanChoice::Plain { simd: flag("simd") },
+            PlanKind::Plain => PlanChoice::Plain {
+                simd: flag("simd"),
+                chains: value("chains") as u8,
+            },
             PlanKind::Row => PlanChoice::Row {
                 jam: value("jam") as u8,
                 acc: value("acc"),

@@ -198,16 +198,30 @@ fn plan_kind(
             // Vectorised only over a long enough innermost reduction: a pooling window's three
             // columns cost more as a vector (setup, horizontal reduction) than as scalars.
             let last_r = r.extents.len().saturating_sub(1);
-            let simd = !matches!(choice, Some(PlanChoice::Plain { simd: false }))
+            let simd = !matches!(choice, Some(PlanChoice::Plain { simd: false, .. }))
                 && matches!(r.op, RedOp::Sum | RedOp::Max | RedOp::Min)
                 && st.ty.dtype.is_float()
                 && r.extents.last().is_some_and(|&e| e >= MIN_SIMD_REDUCTION)
                 && contiguous_along_r(p, &st.body, last_r as u32);
+            let e_last = r.extents.last().copied().unwrap_or(0);
+            let chains = match choice {
+                Some(PlanChoice::Plain { chains, .. }) => chains as usize,
+                _ => default_chains(e_last, lanes),
+            };
+            // More than one chain only where every chain gets a whole vector of an f32 row; a
+            // power of two (the tree that combines them halves the block).
+            let chains = if simd && st.ty.dtype == DType::F32 {
+                let c = chains.clamp(1, (e_last / lanes).max(1));
+                1 << c.ilog2()
+            } else {
+                1
+            };
             Some(KernelPlan::Plain(PlainPlan {
                 outer,
                 n_outer: shape[..outer].iter().product(),
                 parallel: false,
                 simd,
+                chains,
             }))
         }
         _ => None,
@@ -611,6 +625,22 @@ fn scan_plan(st: &Stage) -> Option<ScanPlan> {
 
 /// Shortest innermost reduction a plain schedule vectorises (`#pragma omp simd`).
 pub(crate) const MIN_SIMD_REDUCTION: usize = 16;
+
+/// Most independent accumulators of a vectorised reduction without a choice: four vectors
+/// cover the add's latency (3-4 cycles) at one add a cycle.
+pub(crate) const CHAINS: usize = 4;
+
+/// The accumulators of a vectorised reduction over `e` elements of `lanes`-wide vectors
+/// without a choice: the most (up to [`CHAINS`], a power of two) whose block of `chains`
+/// vectors the row fills at least twice; one for a shorter row, where the tree that combines
+/// the chains would cost what they save. A softmax's row of 512 keys: four chains, 8 blocks.
+pub(crate) fn default_chains(e: usize, lanes: usize) -> usize {
+    let mut c = CHAINS;
+    while c > 1 && e < 2 * c * lanes {
+        c /= 2;
+    }
+    c
+}
 
 /// Largest accumulator block (bytes) kept on the stack.
 pub(crate) const MAX_ACC_BYTES: usize = 64 * 1024;
