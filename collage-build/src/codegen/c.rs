@@ -1355,7 +1355,9 @@ fn emit_stage(
                 out.line(format!(
                     "for (int64_t l = 0; l < {block}; ++l) accv[l] = {init};"
                 ));
-                open_reduction(out, &r.extents[..last_r]);
+            }
+            open_reduction(out, &r.extents[..last_r]);
+            if main > 0 {
                 out.open(format!(
                     "for (int64_t rb = 0; rb < {main}; rb += {block}) {{"
                 ));
@@ -1369,11 +1371,18 @@ fn emit_stage(
                 out.line(update("accv[rl]"));
                 out.close("}");
                 out.close("}");
-                // The rest: whole vectors from `main`, then (max, min) one more overlapping
-                // the row's end, which may reach back into the blocks (idempotent).
+            }
+            if r.extents.is_empty() {
+                out.line(&body);
+            } else {
+                // The rest of the row (all of it without chains): whole vectors from `main`,
+                // then (max, min) one more overlapping the row's end, which may reach back
+                // into what came before (idempotent).
                 let stop = overlap.map_or(e_last, |(m, _)| m);
-                if stop > main {
-                    out.line(format!("#pragma omp simd {clause}"));
+                if main == 0 || stop > main {
+                    if simd {
+                        out.line(format!("#pragma omp simd {clause}"));
+                    }
                     out.open(format!(
                         "for (int64_t r{last_r} = {main}; r{last_r} < {stop}; ++r{last_r}) {{"
                     ));
@@ -1388,7 +1397,9 @@ fn emit_stage(
                     out.line(&body);
                     out.close("}");
                 }
-                close_reduction(out, last_r);
+            }
+            close_reduction(out, last_r);
+            if main > 0 {
                 // The tree: halves of the block, each loop of a constant count (whole vectors
                 // while they last, then the lanes of one).
                 let mut w = block / 2;
@@ -1406,27 +1417,6 @@ fn emit_stage(
                 } else {
                     format!("acc = accv[0] {cmp} acc ? accv[0] : acc;")
                 });
-            } else {
-                for (k, &e) in r.extents.iter().enumerate() {
-                    if simd && k == last_r {
-                        out.line(format!("#pragma omp simd {clause}"));
-                    }
-                    let stop = match overlap {
-                        Some((main, _)) if k == last_r => main,
-                        _ => e,
-                    };
-                    out.open(format!("for (int64_t r{k} = 0; r{k} < {stop}; ++r{k}) {{"));
-                }
-                out.line(&body);
-                if let Some((_, from)) = overlap {
-                    out.close("}");
-                    out.line(format!("#pragma omp simd {clause}"));
-                    out.open(format!(
-                        "for (int64_t r{last_r} = {from}; r{last_r} < {e_last}; ++r{last_r}) {{"
-                    ));
-                    out.line(&body);
-                }
-                close_reduction(out, r.extents.len());
             }
             if nan_flag {
                 out.line("if (anynan) acc = NAN;");
