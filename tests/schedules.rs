@@ -1110,8 +1110,9 @@ fn random_schedules_on_random_shapes() {
             .sum::<usize>();
         // Short rows (small images), channels in whole vectors: contractions vectorised along
         // their channels, the reduction in blocks (the schedule's accumulator bytes), a 3x3
-        // through im2col with a vectorised epilogue, and a pointwise one over a long reduction
-        // whose residual epilogue runs one element at a time.
+        // through im2col with a vectorised epilogue, and pointwise ones (over a short and over
+        // a long reduction) whose residual epilogue vectorises along the row instead: their
+        // sums are transposed in registers first, blocks of a vector of columns at a time.
         let (ci, co, h) = (d.int(1, 40), 16 * d.int(2, 6), d.int(2, 12));
         check_isa(
             &format!("r{seed}_channels"),
@@ -1153,25 +1154,27 @@ fn random_schedules_on_random_shapes() {
                 node(g, "Relu", Attrs::default(), vec![y])
             },
         );
-        let (ci, co, h) = (512 + d.int(0, 90), 16 * d.int(2, 4), d.int(1, 9));
-        check_isa(
-            &format!("r{seed}_channels_long"),
-            &[1, ci, h, h],
-            &opts,
-            o,
-            isa,
-            |g, x| {
-                let wt = g.add_const("w", rand(&[co, ci, 1, 1], 20));
-                let y = node(
-                    g,
-                    "Conv",
-                    ints(&[("kernel_shape", vec![1, 1])]),
-                    vec![x, wt],
-                );
-                let r = g.add_const("r", rand(&[1, co, h, h], 21));
-                node(g, "Add", Attrs::default(), vec![y, r])
-            },
-        );
+        for (name, ci) in [("short", d.int(1, 64)), ("long", 512 + d.int(0, 90))] {
+            let (co, h) = (16 * d.int(2, 4), d.int(1, 9));
+            check_isa(
+                &format!("r{seed}_channels_{name}"),
+                &[1, ci, h, h],
+                &opts,
+                o,
+                isa,
+                |g, x| {
+                    let wt = g.add_const("w", rand(&[co, ci, 1, 1], 20));
+                    let y = node(
+                        g,
+                        "Conv",
+                        ints(&[("kernel_shape", vec![1, 1])]),
+                        vec![x, wt],
+                    );
+                    let r = g.add_const("r", rand(&[1, co, h, h], 21));
+                    node(g, "Add", Attrs::default(), vec![y, r])
+                },
+            );
+        }
         // Pooling.
         let (c, h) = (d.int(1, 5), d.int(2, 19));
         let (kk, st) = (d.int(1, 3).min(h) as i64, d.int(1, 2) as i64);

@@ -235,8 +235,9 @@ pub(crate) const MAX_CHANNEL_ROW: usize = 256;
 /// 49 columns of a 7x7 image fill 49 of 64 lanes and take a second pass over the weights for
 /// the last column — and a tile of columns streams all of a large weight), channels that are
 /// whole vectors (or whole [`NARROW_TILE`]s, or one [`NARROW_VECTOR`]), one reduction variable, a body `w[channel * k + r] * x` with `w` a constant
-/// and `x` the same for every channel, and an epilogue that vectorises along the channels too,
-/// or a reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
+/// and `x` the same for every channel, and an epilogue that vectorises along the channels or
+/// along the row (the codegen transposes the sums in registers before or after it), or a
+/// reduction long enough (512) that storing the outputs one by one costs little. Its weight is transposed
 /// to `w'[r, channel]` (`schedule::layout`) and the register tile spans channels; the row is
 /// jammed.
 pub(crate) fn channel_axis(p: &Program, st: &Stage) -> Option<usize> {
@@ -308,11 +309,10 @@ fn channel_axis_in(p: &Program, st: &Stage, ranged: bool) -> Option<usize> {
                     && !has_var(&idx[0]))
         };
         let ok = (weight(a) && !uses_var(b, c as u32)) || (weight(b) && !uses_var(a, c as u32));
-        let fin_ok = r
-            .finalize
-            .as_ref()
-            .is_none_or(|f| vectorizable(p, f, c as u32))
-            || k >= 512;
+        let fin_ok =
+            r.finalize.as_ref().is_none_or(|f| {
+                vectorizable(p, f, c as u32) || vectorizable(p, f, rank as u32 - 1)
+            }) || k >= 512;
         ok && fin_ok
     };
     if ranged {

@@ -9,10 +9,13 @@
 //! every column block of the group uses it, instead of each column block streaming all of
 //! `w'`); partial sums live in a scratch of the task's outputs on the stack between blocks.
 //! The epilogue runs once per output after the last block, along the channels when it
-//! vectorises there (a bias, a clip), else one element at a time. The outputs of one vector are
+//! vectorises there (a bias, a clip), else along the row when it vectorises there (a residual
+//! read in the output's layout), else one element at a time. The outputs of one vector are
 //! a row apart in memory: blocks of `lanes` columns by `lanes` channels are transposed in
-//! registers (log2(lanes) stages of two-vector shuffles) and stored a vector per channel; the
-//! columns left over, and epilogues that do not vectorise, store one float at a time.
+//! registers (log2(lanes) stages of two-vector shuffles) and stored a vector per channel,
+//! the epilogue applied before the transpose (along the channels) or after it (along the
+//! row); the columns left over, and epilogues that vectorise neither way, store one float at
+//! a time.
 use super::{
     jam_expr, jammed_offset, transpose_in_registers, vector_expr, vector_expr_acc, vectorizable,
     CWriter, Emitter, Ext,
@@ -187,6 +190,10 @@ impl ChannelPlan {
             .finalize
             .as_ref()
             .is_none_or(|f| vectorizable(em.p, f, c as u32));
+        let row_fin = r
+            .finalize
+            .as_ref()
+            .is_some_and(|f| vectorizable(em.p, f, row as u32));
         let skip_c = (x.offset)(true);
         let all = (x.offset)(false);
         let c_stride = &x.c_stride;
@@ -213,6 +220,30 @@ impl ChannelPlan {
                 transpose_in_registers(s, w, &vt);
                 s.line(format!(
                     "for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {c_stride}] = v[l];"
+                ));
+                s.close("}");
+            }
+            s.close("}");
+        } else if row_fin && x.row_unit && matches!(w, 4 | 8 | 16) {
+            // An epilogue that vectorises along the row instead (a residual added from a
+            // tensor of the output's layout): the raw sums are transposed first, and the
+            // epilogue then runs on each channel's vector of columns. Measured on
+            // MobileNetV2's four projections with a residual at 14x14 and 7x7 (AVX-512, Zen 5,
+            // two threads): 203-210 -> 197 us a run for the four, against one float at a time.
+            let f = r.finalize.as_ref().expect("checked by row_fin");
+            let value = vector_expr_acc(em, f, row as u32, &format!("i{row}"), &vt, "av");
+            s.open(format!("for (; i{row} + {w} <= j1; i{row} += {w}) {{"));
+            for t in 0..nv {
+                s.open("{");
+                s.line(format!("{vt} v[{w}];"));
+                s.line(format!(
+                    "for (int64_t l = 0; l < {w}; ++l) v[l] = *({vt} *)&accb[(i{row} + l - j0) * {tw} + {}];",
+                    t * w
+                ));
+                transpose_in_registers(s, w, &vt);
+                s.line(format!(
+                    "for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{c} = t0 + {} + l; const {vt} av = v[l]; *({vt} *)&b{id}[{all}] = {value}; }}",
+                    t * w
                 ));
                 s.close("}");
             }
