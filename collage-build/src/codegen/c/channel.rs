@@ -98,9 +98,16 @@ impl ChannelPlan {
             "const int64_t j0 = g * {g}, j1 = j0 + {g} < {n} ? j0 + {g} : {n};",
             g = self.group
         ));
-        s.line(format!(
-            "for (int64_t q = 0; q < (j1 - j0) * {tw}; ++q) accb[q] = 0.0f;"
-        ));
+        // Over a literal, non-empty reduction every column's sums are written by the first
+        // block, which starts its accumulators at zero: the scratch needs no clearing (a stem
+        // whose one block is its whole reduction otherwise clears and reloads its outputs'
+        // worth of zeros).
+        let zero_first = matches!(k, Ext::Lit(n) if *n > 0);
+        if !zero_first {
+            s.line(format!(
+                "for (int64_t q = 0; q < (j1 - j0) * {tw}; ++q) accb[q] = 0.0f;"
+            ));
+        }
         let kc = self.kc;
         s.open(format!("for (int64_t kb = 0; kb < {k}; kb += {kc}) {{"));
         s.line(format!(
@@ -121,7 +128,13 @@ impl ChannelPlan {
         let name = |k: usize| format!("c{}_{}", k / nv, k % nv);
         let run_row = matches!(n, Ext::Run(_));
         let tile = |s: &mut CWriter, jn: usize| {
-            sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
+            if zero_first {
+                sums(s, jn, &|k, at| {
+                    format!("{vt} {} = kb == 0 ? ({vt}){{0}} : {at};", name(k))
+                });
+            } else {
+                sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
+            }
             s.open("for (int64_t r0 = kb; r0 < ke; ++r0) {");
             // The other reduction variables whole, inside the block of the first.
             for (q, e) in x.reduce.iter().enumerate().skip(1) {
@@ -164,6 +177,21 @@ impl ChannelPlan {
         ));
         tile(s, self.rows);
         s.close("}");
+        // Over a literal row, the columns a group leaves past its whole tiles are known: one
+        // tile of exactly that many (a 14x14 image's last group of 4 columns past tiles of 8
+        // then keeps 4 x vecs accumulators going, not vecs, whose chain of dependent adds
+        // bound a column at a time).
+        if let Ext::Lit(len) = n {
+            let last = len.saturating_sub(self.n_groups.saturating_sub(1) * self.group);
+            let mut rems = vec![self.group % self.rows, last % self.rows];
+            rems.dedup();
+            for rem in rems.into_iter().filter(|&r| r > 1) {
+                s.open(format!("if (j1 - i{row} == {rem}) {{"));
+                tile(s, rem);
+                s.line(format!("i{row} += {rem};"));
+                s.close("}");
+            }
+        }
         // The columns left: tiles of half as many, and so on down to one (a row shorter than
         // a tile, at run time, then takes a few tiles rather than a column at a time).
         let mut jn = self.rows;
