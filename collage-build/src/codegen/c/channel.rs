@@ -128,13 +128,13 @@ impl ChannelPlan {
         let name = |k: usize| format!("c{}_{}", k / nv, k % nv);
         let run_row = matches!(n, Ext::Run(_));
         let tile = |s: &mut CWriter, jn: usize| {
-            if zero_first {
-                sums(s, jn, &|k, at| {
+            sums(s, jn, &|k, at| {
+                if zero_first {
                     format!("{vt} {} = kb == 0 ? ({vt}){{0}} : {at};", name(k))
-                });
-            } else {
-                sums(s, jn, &|k, at| format!("{vt} {} = {at};", name(k)));
-            }
+                } else {
+                    format!("{vt} {} = {at};", name(k))
+                }
+            });
             s.open("for (int64_t r0 = kb; r0 < ke; ++r0) {");
             // The other reduction variables whole, inside the block of the first.
             for (q, e) in x.reduce.iter().enumerate().skip(1) {
@@ -225,54 +225,56 @@ impl ChannelPlan {
         let skip_c = (x.offset)(true);
         let all = (x.offset)(false);
         let c_stride = &x.c_stride;
-        // The epilogue. With one that vectorises along the channels and a row of unit stride,
-        // blocks of `w` columns by `w` channels are transposed in registers, so each channel's
-        // columns are stored as one vector instead of one float at a time.
+        // The epilogue. With one that vectorises along the channels, or else along the row, and a
+        // row of unit stride, blocks of `w` columns by `w` channels are transposed in registers,
+        // so each channel's columns are stored as one vector instead of one float at a time:
+        // the epilogue runs on the sums before the transpose (along the channels: a bias, a
+        // clip) or on each channel's vector of columns after it (along the row: a residual
+        // read in the output's layout; MobileNetV2's four projections with a residual at 14x14
+        // and 7x7, AVX-512, Zen 5, two threads: 203-210 -> 197 us a run for the four, against
+        // one float at a time).
         s.line(format!("int64_t i{row} = j0;"));
-        if vec_fin && x.row_unit && matches!(w, 4 | 8 | 16) {
-            let value = |col: &str| match &r.finalize {
-                Some(f) => vector_expr_acc(em, f, c as u32, col, &vt, "av"),
-                None => "av".to_string(),
+        let transposes = x.row_unit && matches!(w, 4 | 8 | 16);
+        if transposes && (vec_fin || row_fin) {
+            let row_value = match &r.finalize {
+                Some(f) if !vec_fin => {
+                    vector_expr_acc(em, f, row as u32, &format!("i{row}"), &vt, "av")
+                }
+                _ => String::new(),
             };
             s.open(format!("for (; i{row} + {w} <= j1; i{row} += {w}) {{"));
-            s.line(format!("const int64_t jb = i{row};"));
+            if vec_fin {
+                s.line(format!("const int64_t jb = i{row};"));
+            }
             for t in 0..nv {
                 let col = format!("t0 + {}", t * w);
                 s.open("{");
                 s.line(format!("{vt} v[{w}];"));
-                s.line(format!(
-                    "for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{row} = jb + l; const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; v[l] = {}; }}",
-                    t * w,
-                    value(&col)
-                ));
+                if vec_fin {
+                    let value = match &r.finalize {
+                        Some(f) => vector_expr_acc(em, f, c as u32, &col, &vt, "av"),
+                        None => "av".to_string(),
+                    };
+                    s.line(format!(
+                        "for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{row} = jb + l; const {vt} av = *({vt} *)&accb[(i{row} - j0) * {tw} + {}]; v[l] = {value}; }}",
+                        t * w
+                    ));
+                } else {
+                    s.line(format!(
+                        "for (int64_t l = 0; l < {w}; ++l) v[l] = *({vt} *)&accb[(i{row} + l - j0) * {tw} + {}];",
+                        t * w
+                    ));
+                }
                 transpose_in_registers(s, w, &vt);
-                s.line(format!(
-                    "for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {c_stride}] = v[l];"
-                ));
-                s.close("}");
-            }
-            s.close("}");
-        } else if row_fin && x.row_unit && matches!(w, 4 | 8 | 16) {
-            // An epilogue that vectorises along the row instead (a residual added from a
-            // tensor of the output's layout): the raw sums are transposed first, and the
-            // epilogue then runs on each channel's vector of columns. Measured on
-            // MobileNetV2's four projections with a residual at 14x14 and 7x7 (AVX-512, Zen 5,
-            // two threads): 203-210 -> 197 us a run for the four, against one float at a time.
-            let f = r.finalize.as_ref().expect("checked by row_fin");
-            let value = vector_expr_acc(em, f, row as u32, &format!("i{row}"), &vt, "av");
-            s.open(format!("for (; i{row} + {w} <= j1; i{row} += {w}) {{"));
-            for t in 0..nv {
-                s.open("{");
-                s.line(format!("{vt} v[{w}];"));
-                s.line(format!(
-                    "for (int64_t l = 0; l < {w}; ++l) v[l] = *({vt} *)&accb[(i{row} + l - j0) * {tw} + {}];",
-                    t * w
-                ));
-                transpose_in_registers(s, w, &vt);
-                s.line(format!(
-                    "for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{c} = t0 + {} + l; const {vt} av = v[l]; *({vt} *)&b{id}[{all}] = {value}; }}",
-                    t * w
-                ));
+                if vec_fin {
+                    s.line(format!(
+                        "for (int64_t l = 0; l < {w}; ++l) *({vt} *)&b{id}[{skip_c} + ({col} + l) * {c_stride}] = v[l];"
+                    ));
+                } else {
+                    s.line(format!(
+                        "for (int64_t l = 0; l < {w}; ++l) {{ const int64_t i{c} = {col} + l; const {vt} av = v[l]; *({vt} *)&b{id}[{all}] = {row_value}; }}"
+                    ));
+                }
                 s.close("}");
             }
             s.close("}");
