@@ -76,6 +76,16 @@ fn input_graph(
     g
 }
 
+/// The preprocessor symbols that make a test's generated code run variant `isa` (on a machine
+/// that has it; else the baseline): `isa.defines()`, and for the widest variant the AVX2 one
+/// left out, so that an `-O1` build (otherwise the baseline alone) compiles it too.
+fn variant(isa: Isa) -> &'static [&'static str] {
+    match isa {
+        Isa::Avx512 => &["CL_NO_AVX2"],
+        _ => isa.defines(),
+    }
+}
+
 /// Compiles `build(x)` with `x` a run-time input and with `x` a constant, and compares.
 fn check(
     name: &str,
@@ -131,9 +141,8 @@ fn check_isa(
     let c = collage_build::driver::compile(make(false), "t", opts).unwrap();
     let work = std::env::temp_dir().join(format!("collage-sched-{name}-{}", std::process::id()));
     for &opt in levels {
-        let mut m =
-            collage_build::native::NativeModel::build_defines(&c, &work, opt, isa.defines())
-                .unwrap();
+        let mut m = collage_build::native::NativeModel::build_defines(&c, &work, opt, variant(isa))
+            .unwrap();
         for threads in [1, 2] {
             let got = m
                 .run(std::slice::from_ref(&x), &Executor::with_threads(threads))
@@ -1523,7 +1532,7 @@ fn band_groups_of_an_expansion_and_its_window() {
     for isa in [Isa::Avx2, Isa::Base] {
         let work = std::env::temp_dir().join(format!("collage-band-{isa}-{}", std::process::id()));
         let mut m =
-            collage_build::native::NativeModel::build_defines(&c, &work, "-O1", isa.defines())
+            collage_build::native::NativeModel::build_defines(&c, &work, "-O1", variant(isa))
                 .unwrap();
         let got = m
             .run(std::slice::from_ref(&x), &Executor::with_threads(2))
@@ -1675,10 +1684,12 @@ fn channel_convolutions_read_their_padded_input() {
         );
     }
     // 24 channels are one and a half 16-lane vectors: the widest variant takes three vectors
-    // of eight; 8 channels are half a vector: it takes one vector of eight.
+    // of eight; 8 channels are half a vector: it takes one vector of eight, over tiles of 14
+    // columns (half an image row, not the 24 the registers allow: each column's input is then
+    // a constant offset from the tile's first).
     for (co, plan, tile) in [
         (24, "vecs=3 rows=8", "lanes 3x8 jam i2x8"),
-        (8, "vecs=1 rows=24", "lanes 1x8 jam i2x24"),
+        (8, "vecs=1 rows=14", "lanes 1x8 jam i2x14"),
     ] {
         let (texts, injective) = plans(28, co);
         assert!(
@@ -1721,6 +1732,48 @@ fn padded_conv3x3(x_shape: &[usize], co: usize) -> collage_build::codegen::Compi
         ..Options::default()
     };
     collage_build::driver::compile(g, "t", &opts).unwrap()
+}
+
+/// Small convolutions of one vector of channels whose output pixels are one flattened row:
+/// register tiles of whole image rows (7x7: 21 columns, three rows) or of part of one (14x14,
+/// 28x28: 14 columns) read each column's input at a constant offset from the tile's first
+/// (`aligned_columns` in the channel printer). Their plans are those, and they compute what
+/// the interpreter does in every variant (8 channels: one 8-lane vector; 16: one 16-lane or
+/// four narrower); a printer that drops a tile's row step or its offset inside a row fails.
+#[test]
+fn channel_tiles_align_to_image_rows() {
+    for (h, co, rows) in [(7, 16, 21), (14, 16, 14), (28, 8, 14), (28, 16, 14)] {
+        let build = |g: &mut Graph, x: ValueId| {
+            let wt = g.add_const("w", rand(&[co, 3, 5, 5], 31));
+            let b = g.add_const("b", rand(&[co], 32));
+            let a = ints(&[("pads", vec![2, 2, 2, 2]), ("kernel_shape", vec![5, 5])]);
+            let y = node(g, "Conv", a, vec![x, wt, b]);
+            node(g, "Relu", Attrs::default(), vec![y])
+        };
+        let name = format!("aligned_{h}_{co}");
+        let opts = Options {
+            backends: "c".into(),
+            ..Options::default()
+        };
+        let c =
+            collage_build::driver::compile(input_graph(&name, &[1, 3, h, h], build), "t", &opts)
+                .unwrap();
+        let p = &c.program;
+        let texts: Vec<String> = p
+            .buf_ids()
+            .filter(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
+            .map(|b| p.plan(b, Isa::Avx512).unwrap().to_string())
+            .collect();
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.starts_with(&format!("channel-vectorised vecs=1 rows={rows} "))),
+            "{name}: {texts:?}"
+        );
+        for isa in Isa::ALL {
+            check_isa(&name, &[1, 3, h, h], &opts, &["-O1"], isa, build);
+        }
+    }
 }
 
 /// The seeds reach every kind of plan: over a few small graphs (a matrix product and a

@@ -154,7 +154,7 @@ fn reads_along_row(body: &Expr, a: BufId, row: u32) -> bool {
 }
 
 /// The greatest common divisor of `a` and `b` (`gcd(a, 0) = a`).
-pub(super) fn gcd(mut a: usize, mut b: usize) -> usize {
+pub(crate) fn gcd(mut a: usize, mut b: usize) -> usize {
     while b != 0 {
         (a, b) = (b, a % b);
     }

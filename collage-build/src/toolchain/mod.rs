@@ -172,7 +172,9 @@ fn compile_shared(
         // The sanitiser job preloads the sanitizers' runtimes into the test process (a library
         // built with them must find them loaded first); the compiler need not run under them.
         .env_remove("LD_PRELOAD")
-        .args(if opt == "-O1" {
+        // At -O1 without a chosen variant, the baseline alone (half the C to compile); a
+        // caller that chooses one (`Isa::defines`, a test of a variant's plans) gets it.
+        .args(if opt == "-O1" && defines.is_empty() {
             &["-DCOLLAGE_NO_DISPATCH"][..]
         } else {
             &[][..]
