@@ -1734,6 +1734,21 @@ fn padded_conv3x3(x_shape: &[usize], co: usize) -> collage_build::codegen::Compi
     collage_build::driver::compile(g, "t", &opts).unwrap()
 }
 
+/// The AVX-512 plan of every reduction of `build(x)` (`x` of `shape`) compiled with `opts`.
+fn reduction_plans(
+    name: &str,
+    shape: &[usize],
+    opts: &Options,
+    build: impl Fn(&mut Graph, ValueId) -> ValueId,
+) -> Vec<String> {
+    let c = collage_build::driver::compile(input_graph(name, shape, build), "t", opts).unwrap();
+    let p = &c.program;
+    p.buf_ids()
+        .filter(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
+        .map(|b| p.plan(b, Isa::Avx512).unwrap().to_string())
+        .collect()
+}
+
 /// Small convolutions of one vector of channels whose output pixels are one flattened row:
 /// register tiles of whole image rows (7x7: 21 columns, three rows) or of part of one (14x14,
 /// 28x28: 14 columns) read each column's input at a constant offset from the tile's first
@@ -1755,15 +1770,7 @@ fn channel_tiles_align_to_image_rows() {
             backends: "c".into(),
             ..Options::default()
         };
-        let c =
-            collage_build::driver::compile(input_graph(&name, &[1, 3, h, h], build), "t", &opts)
-                .unwrap();
-        let p = &c.program;
-        let texts: Vec<String> = p
-            .buf_ids()
-            .filter(|&b| p.stage(b).is_some_and(|st| st.reduce.is_some()))
-            .map(|b| p.plan(b, Isa::Avx512).unwrap().to_string())
-            .collect();
+        let texts = reduction_plans(&name, &[1, 3, h, h], &opts, build);
         assert!(
             texts
                 .iter()
@@ -1772,6 +1779,41 @@ fn channel_tiles_align_to_image_rows() {
         );
         for isa in Isa::ALL {
             check_isa(&name, &[1, 3, h, h], &opts, &["-O1"], isa, build);
+        }
+    }
+}
+
+/// Max pools whose columns are a stride-2 pair on rows narrower than a vector (2x2 and 3x2
+/// windows of stride 2 along the row: 14, 12 and 8 outputs a row): the window plan combines
+/// a vector of inputs over the window's rows, then its even and odd lanes, and stores half a
+/// vector of outputs, the last half overlapping. Each variant against the interpreter; a
+/// printer that reads the pair at the wrong column fails.
+#[test]
+fn narrow_stride_two_pools_pair_lanes() {
+    for (h, kernel, strides) in [
+        (28, [2, 2], [2, 2]),
+        (24, [3, 2], [1, 2]),
+        (17, [2, 2], [2, 2]),
+    ] {
+        let build = |g: &mut Graph, x: ValueId| {
+            let a = ints(&[
+                ("kernel_shape", kernel.to_vec()),
+                ("strides", strides.to_vec()),
+            ]);
+            node(g, "MaxPool", a, vec![x])
+        };
+        let name = format!("pairs_{h}_{}x{}", kernel[0], kernel[1]);
+        let opts = Options {
+            backends: "c".into(),
+            ..Options::default()
+        };
+        let texts = reduction_plans(&name, &[1, 8, h, h], &opts, build);
+        assert!(
+            texts.iter().any(|t| t.starts_with("window ")),
+            "{name}: {texts:?}"
+        );
+        for isa in Isa::ALL {
+            check_isa(&name, &[1, 8, h, h], &opts, &["-O1"], isa, build);
         }
     }
 }

@@ -1241,58 +1241,55 @@ fn emit_stage(
         Some(r) if win.is_some() => {
             let w = win.expect("checked");
             let (l, n) = (rank - 1, shape[rank - 1]);
-            let init = scalar(r.op.init(st.ty.dtype));
-            out.line(format!("{cty} accr[{n}] CL_STACK_ALIGNED;"));
-            out.line(format!(
-                "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
-            ));
             let col = Expr::Var(rank as u32 + 4);
-            let invariant = |out: &mut CWriter| {
-                if !w.invariant.is_empty() {
-                    let inv: Vec<String> = w
-                        .invariant
-                        .iter()
-                        .map(|e| format!("({})", em.expr(e)))
-                        .collect();
-                    out.line(format!("if (!({})) continue;", inv.join(" && ")));
-                }
-            };
-            if let Some((rowload, at, width)) = separable_window(p, w, r, l as u32, &col) {
-                // Max and min are separable: each input column's maximum over the window's
-                // rows first (contiguous loads), then the window's columns over that row.
+            // A stride-2 pair of columns on a row narrower than a vector: the window's rows
+            // combined a vector of inputs at a time, then its two columns as the even and odd
+            // lanes of that vector, half a vector of outputs stored (the last such half
+            // overlapping the one before where the row is not a whole number of halves).
+            let pair = (lanes >= 8 && n >= lanes / 2 && n < lanes && !p.bufs[id.index()].packed)
+                .then(|| crate::schedule::plan::window_pairs(p, w, r, l as u32, &col, st.ty.dtype))
+                .flatten();
+            if let Some((rowload, _)) = pair {
+                let h = lanes / 2;
+                let vt = format!("cl_f32x{lanes}");
                 let c = em.expr(&col);
-                out.line(format!("{cty} accw[{width}] CL_STACK_ALIGNED;"));
+                let vop = if r.op == RedOp::Max {
+                    "cl_vmax"
+                } else {
+                    "cl_vmin"
+                };
+                out.open(format!("for (int64_t q = 0; q < {n}; q += {h}) {{"));
                 out.line(format!(
-                    "for (int64_t {c} = 0; {c} < {width}; ++{c}) accw[{c}] = {init};"
+                    "const int64_t i{l} = q + {h} <= {n} ? q : {n} - {h}, {c} = 2 * i{l};"
                 ));
+                out.line(format!("{vt} m;"));
                 open_reduction(out, &r.extents[..1]);
-                invariant(out);
-                let v = em.expr(&rowload);
-                let upd = accumulate(r.op, st.ty.dtype, &format!("accw[{c}]"), &v);
-                out.line(format!("for (int64_t {c} = 0; {c} < {width}; ++{c}) {upd}"));
-                close_reduction(out, 1);
-                out.open(format!(
-                    "for (int64_t r1 = 0; r1 < {}; ++r1) {{",
-                    r.extents[1]
+                out.line(format!(
+                    "const {vt} x = *(const {vt} *)&{};",
+                    em.expr(&rowload)
                 ));
-                let at = format!("accw[{}]", em.expr(&at));
-                window_bounds(out, &em, w, n);
-                let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &at);
-                out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
+                out.line(format!("m = r0 == 0 ? x : {vop}({lanes}, m, x);"));
                 close_reduction(out, 1);
+                let idx = |odd: usize| {
+                    (0..lanes)
+                        .map(|k| (2 * (k % h) + odd).to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                out.line(format!(
+                    "const {vt} y = {vop}({lanes}, cl_vshuf2({lanes}, m, m, {}), cl_vshuf2({lanes}, m, m, {}));",
+                    idx(0),
+                    idx(1)
+                ));
+                let half = (0..h).map(|k| format!("y[{k}]")).collect::<Vec<_>>();
+                out.line(format!(
+                    "*(cl_f32x{h} *)&b{id}[{flat_out}] = (cl_f32x{h}){{{}}};",
+                    half.join(", ")
+                ));
+                out.close("}");
             } else {
-                open_reduction(out, &r.extents);
-                invariant(out);
-                window_bounds(out, &em, w, n);
-                let v = em.expr(&w.value);
-                let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
-                out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
-                close_reduction(out, r.extents.len());
+                emit_window(out, &em, id, st, r, w, &flat_out);
             }
-            let fin = finalize_c(&em, r);
-            out.line(format!(
-                "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
-            ));
         }
         None if guarded.is_some() => {
             let (g, copy) = guarded.expect("checked");
@@ -2241,6 +2238,78 @@ fn finalize_c(em: &Emitter, r: &crate::te::Reduce) -> String {
         .as_ref()
         .map(|f| em.expr(f))
         .unwrap_or_else(|| "acc".into())
+}
+
+/// A padded (or unpadded) window's loops over one output row of `st` (a [`WindowPlan`]'s):
+/// a row of accumulators, the window's points outside and the row inside over the interval
+/// each point is valid for; separable max and min windows through a row of their rows'
+/// maxima first. `flat_out` is the C offset of the output element at the loop variables.
+fn emit_window(
+    out: &mut CWriter,
+    em: &Emitter,
+    id: BufId,
+    st: &Stage,
+    r: &crate::te::Reduce,
+    w: &Window,
+    flat_out: &str,
+) {
+    let p = em.p;
+    let shape = &st.ty.shape;
+    let rank = shape.len();
+    let cty = st.ty.dtype.c_type();
+    let (l, n) = (rank - 1, shape[rank - 1]);
+    let col = Expr::Var(rank as u32 + 4);
+    let init = scalar(r.op.init(st.ty.dtype));
+    out.line(format!("{cty} accr[{n}] CL_STACK_ALIGNED;"));
+    out.line(format!(
+        "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) accr[i{l}] = {init};"
+    ));
+    let invariant = |out: &mut CWriter| {
+        if !w.invariant.is_empty() {
+            let inv: Vec<String> = w
+                .invariant
+                .iter()
+                .map(|e| format!("({})", em.expr(e)))
+                .collect();
+            out.line(format!("if (!({})) continue;", inv.join(" && ")));
+        }
+    };
+    if let Some((rowload, at, width)) = separable_window(p, w, r, l as u32, &col) {
+        // Max and min are separable: each input column's maximum over the window's
+        // rows first (contiguous loads), then the window's columns over that row.
+        let c = em.expr(&col);
+        out.line(format!("{cty} accw[{width}] CL_STACK_ALIGNED;"));
+        out.line(format!(
+            "for (int64_t {c} = 0; {c} < {width}; ++{c}) accw[{c}] = {init};"
+        ));
+        open_reduction(out, &r.extents[..1]);
+        invariant(out);
+        let v = em.expr(&rowload);
+        let upd = accumulate(r.op, st.ty.dtype, &format!("accw[{c}]"), &v);
+        out.line(format!("for (int64_t {c} = 0; {c} < {width}; ++{c}) {upd}"));
+        close_reduction(out, 1);
+        out.open(format!(
+            "for (int64_t r1 = 0; r1 < {}; ++r1) {{",
+            r.extents[1]
+        ));
+        let at = format!("accw[{}]", em.expr(&at));
+        window_bounds(out, em, w, n);
+        let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &at);
+        out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
+        close_reduction(out, 1);
+    } else {
+        open_reduction(out, &r.extents);
+        invariant(out);
+        window_bounds(out, em, w, n);
+        let v = em.expr(&w.value);
+        let upd = accumulate(r.op, st.ty.dtype, &format!("accr[i{l}]"), &v);
+        out.line(format!("for (int64_t i{l} = lo; i{l} < hi; ++i{l}) {upd}"));
+        close_reduction(out, r.extents.len());
+    }
+    let fin = finalize_c(em, r);
+    out.line(format!(
+        "for (int64_t i{l} = 0; i{l} < {n}; ++i{l}) {{ const {cty} acc = accr[i{l}]; b{id}[{flat_out}] = {fin}; }}"
+    ));
 }
 
 /// The C statement that combines `v` into the accumulator `acc` with `op`.

@@ -13,7 +13,7 @@
 mod channel;
 mod plane;
 mod window;
-pub(crate) use window::separable as separable_window;
+pub(crate) use window::{pairs as window_pairs, separable as separable_window};
 
 use std::borrow::Cow;
 
@@ -182,8 +182,23 @@ fn plan_kind(
             // An unpadded pool where its row fills a vector (on shorter rows the passes over
             // the row of accumulators cost more than the scalar window: SqueezeNet's 13-wide
             // pool 136 -> 265 us, its 55-wide one 353 -> 177 us); else a padded window.
+            // On a row narrower than a vector, an unpadded stride-2 pair of columns still
+            // vectorises ([`window::pairs`]).
+            let narrow_pairs = |w: &crate::te::Window| {
+                isa.lanes() >= 8
+                    && shape[rank - 1] >= isa.lanes() / 2
+                    && window::pairs(
+                        p,
+                        w,
+                        r,
+                        rank as u32 - 1,
+                        &Expr::Var(rank as u32 + 4),
+                        st.ty.dtype,
+                    )
+                    .is_some()
+            };
             let window = window::unpadded(&st.body, r.op, st.ty.dtype)
-                .filter(|_| shape[rank - 1] >= isa.lanes())
+                .filter(|w| shape[rank - 1] >= isa.lanes() || narrow_pairs(w))
                 .or_else(|| window::split(&st.body, r.op.init(st.ty.dtype), rank as u32 - 1))?;
             Some(KernelPlan::Window(WindowPlan {
                 outer,
