@@ -1755,9 +1755,17 @@ fn reduction_plans(
 /// (`aligned_columns` in the channel printer). Their plans are those, and they compute what
 /// the interpreter does in every variant (8 channels: one 8-lane vector; 16: one 16-lane or
 /// four narrower); a printer that drops a tile's row step or its offset inside a row fails.
+/// Eight channels take the AVX-512 variant's sixteen lanes as two columns a vector (`paired`):
+/// a printer that broadcasts a pair from the wrong column, or unpairs the sums into the
+/// wrong columns, fails.
 #[test]
 fn channel_tiles_align_to_image_rows() {
-    for (h, co, rows) in [(7, 16, 21), (14, 16, 14), (28, 8, 14), (28, 16, 14)] {
+    for (h, co, rows, paired) in [
+        (7, 16, 21, false),
+        (14, 16, 14, false),
+        (28, 8, 14, true),
+        (28, 16, 14, false),
+    ] {
         let build = |g: &mut Graph, x: ValueId| {
             let wt = g.add_const("w", rand(&[co, 3, 5, 5], 31));
             let b = g.add_const("b", rand(&[co], 32));
@@ -1772,9 +1780,10 @@ fn channel_tiles_align_to_image_rows() {
         };
         let texts = reduction_plans(&name, &[1, 3, h, h], &opts, build);
         assert!(
-            texts
-                .iter()
-                .any(|t| t.starts_with(&format!("channel-vectorised vecs=1 rows={rows} "))),
+            texts.iter().any(
+                |t| t.starts_with(&format!("channel-vectorised vecs=1 rows={rows} "))
+                    && t.ends_with(" paired") == paired
+            ),
             "{name}: {texts:?}"
         );
         for isa in Isa::ALL {

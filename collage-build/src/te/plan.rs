@@ -863,6 +863,11 @@ pub struct ChannelPlan {
     /// Whether the tasks run on the thread pool (`parallel_for`); else the calling thread runs
     /// them all (work too small to pay for the fork).
     pub parallel: bool,
+    /// Two columns a vector: eight channels (`lanes` 8) in a variant of sixteen lanes, lane
+    /// `2 * c + t` holding channel `c` of the pair's column `t`, each pair of adjacent inputs
+    /// one 64-bit broadcast and each weight vector's lanes doubled; half the multiply-adds of
+    /// eight-lane vectors. The sums go back to the unpaired scratch before the epilogue.
+    pub paired: bool,
 }
 
 fn dims(o: &[usize]) -> String {
@@ -944,8 +949,16 @@ impl fmt::Display for KernelPlan {
             }
             KernelPlan::Channel(c) => write!(
                 f,
-                "vector i{} lanes {}x{} jam i{}x{} tasks {}x{} columns {}",
-                c.c, c.vecs, c.lanes, c.row, c.rows, c.n_tiles, c.n_groups, c.group
+                "vector i{} lanes {}x{} jam i{}x{} tasks {}x{} columns {}{}",
+                c.c,
+                c.vecs,
+                c.lanes,
+                c.row,
+                c.rows,
+                c.n_tiles,
+                c.n_groups,
+                c.group,
+                if c.paired { " paired" } else { "" }
             ),
             KernelPlan::Scan(x) => write!(
                 f,

@@ -350,6 +350,10 @@ typedef float cl_f32x4 __attribute__((vector_size(16), aligned(4), may_alias));
 typedef int32_t cl_i32x16 __attribute__((vector_size(64)));
 typedef int32_t cl_i32x8 __attribute__((vector_size(32)));
 typedef int32_t cl_i32x4 __attribute__((vector_size(16)));
+/* Two adjacent floats as one 64-bit integer, broadcast to every pair of a 16-lane vector
+   (`x + (cl_i64x8){0}`): a channel-vectorised tile that holds two columns a vector. */
+typedef int64_t cl_i64x8 __attribute__((vector_size(64)));
+typedef int64_t cl_i64a __attribute__((aligned(4), may_alias));
 /* Lanes of two W-lane vectors picked by constant indices (0..W-1 from a, W..2W-1 from b): Clang's
    builtin takes the indices as arguments, GCC's as an integer vector. */
 #if defined(__clang__)

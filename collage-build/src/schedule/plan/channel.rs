@@ -107,12 +107,22 @@ fn plan_along(
     } else {
         ACCS_16
     };
+    // Eight channels in a variant of sixteen lanes: two columns a vector, over a flattened
+    // image of even width whose reduction is one block (the sums start at zero and go back to
+    // the scratch unpaired once), the body a weight vector times one column's input.
+    let width = split_factor(&st.body, row as u32, shape[row]);
+    let pairable = isa.lanes() == 16
+        && lanes == 8
+        && vecs == 1
+        && width.is_some_and(|w| w.is_multiple_of(2))
+        && r.extents.len() == 1
+        && paired_body(p, st, c, row).is_some();
     let rows = match knobs {
         Some((_, r, _, _)) => r as usize,
         // One vector of channels: a broadcast per multiply-add, each at its own address
         // unless the tiles align to the image's rows. With more, the tile's columns are
         // fewer and each broadcast serves every vector: its columns stay the budget's.
-        None if vecs == 1 => aligned_rows(budget, split_factor(&st.body, row as u32, shape[row])),
+        None if vecs == 1 => aligned_rows(budget, width),
         None => budget / vecs,
     }
     .clamp(1, shape[row]);
@@ -155,6 +165,10 @@ fn plan_along(
     };
     let group = blocks.div_ceil(split) * rows;
     let n_groups = shape[row].div_ceil(group);
+    let paired = pairable
+        && kc >= r.extents[0]
+        && crate::schedule::group::gcd(rows, group).is_multiple_of(2)
+        && aligned_tiles(rows, group, width);
     Some(ChannelPlan {
         c,
         row,
@@ -167,7 +181,29 @@ fn plan_along(
         n_groups,
         n_outer: others * n_tiles * n_groups,
         parallel: false,
+        paired,
     })
+}
+
+/// The body of a channel-vectorised stage as `weight * column`: a load that moves along the
+/// channels `c` and not along the row, times one that moves along the row and not the
+/// channels (a convolution's weight and its input pixel), in either order.
+pub(crate) fn paired_body(p: &Program, st: &Stage, c: usize, row: usize) -> Option<(Expr, Expr)> {
+    let Expr::Bin(crate::te::BinOp::Mul, a, b) = &st.body else {
+        return None;
+    };
+    let load = |e: &Expr| matches!(e, Expr::Load(..) | Expr::LoadFlat(..));
+    let along = |e: &Expr, v: usize| crate::schedule::analysis::is_vector(e, v as u32);
+    let weight =
+        |e: &Expr| load(e) && along(e, c) && !along(e, row) && vectorizable(p, e, c as u32);
+    let column = |e: &Expr| load(e) && along(e, row) && !along(e, c);
+    if weight(a) && column(b) {
+        Some(((**a).clone(), (**b).clone()))
+    } else if weight(b) && column(a) {
+        Some(((**b).clone(), (**a).clone()))
+    } else {
+        None
+    }
 }
 
 /// Columns per register tile, at most `budget`, for a row that is an image of width `width`

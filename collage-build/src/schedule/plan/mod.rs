@@ -29,7 +29,7 @@ use crate::te::{
     BinOp, BufId, BufKind, Exec, Expr, GemmPlan, Guard, InjectivePlan, Isa, KernelPlan, PlainPlan,
     PlanChoice, PlanKind, Program, RedOp, RowPlan, Scalar, ScanPlan, Src, Stage, UnOp, WindowPlan,
 };
-pub(crate) use channel::{aligned_tiles, ranged_channel_plan};
+pub(crate) use channel::{aligned_tiles, paired_body, ranged_channel_plan};
 pub(crate) use plane::MAX_LANES;
 
 /// Bytes of a cache line: the step of the prefetches.
