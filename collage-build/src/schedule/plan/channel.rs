@@ -276,3 +276,46 @@ fn column_groups(
         None => blocks,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{aligned_rows, aligned_tiles};
+
+    /// Every tile start a multiple of `gcd(rows, group)`, every column inside the tile: the
+    /// column's image row and column follow from the tile's by constants exactly when
+    /// `aligned_tiles` says so (checked by brute force over the starts), and `aligned_rows`
+    /// picks the largest aligned tile of at least half the budget.
+    #[test]
+    fn aligned_tiles_match_brute_force() {
+        for w in 2..=30usize {
+            for rows in 1..=24usize {
+                for group in [rows, 2 * rows, 3 * rows, 5 * rows] {
+                    let n = 4 * w * group;
+                    let starts = (0..n.div_ceil(group))
+                        .flat_map(|g| (0..group.div_ceil(rows)).map(move |t| g * group + t * rows));
+                    // The offset of column j from the tile's first is the same at every start.
+                    let flat = |p: usize| (p / w) * (w + 4) + p % w;
+                    let mut constant = true;
+                    let mut first: Option<Vec<usize>> = None;
+                    for s in starts {
+                        let offs: Vec<usize> = (0..rows).map(|j| flat(s + j) - flat(s)).collect();
+                        constant &= first.get_or_insert_with(|| offs.clone()) == &offs;
+                    }
+                    if aligned_tiles(rows, group, Some(w)) {
+                        assert!(constant, "w {w} rows {rows} group {group}");
+                    }
+                }
+            }
+            let r = aligned_rows(24, Some(w));
+            assert!(
+                (12..=24).contains(&r) && (r.is_multiple_of(w) || w.is_multiple_of(r)) || r == 24,
+                "w {w}: {r}"
+            );
+        }
+        assert_eq!(aligned_rows(24, Some(14)), 14);
+        assert_eq!(aligned_rows(24, Some(7)), 21);
+        assert_eq!(aligned_rows(24, Some(28)), 14);
+        assert_eq!(aligned_rows(24, None), 24);
+        assert_eq!(aligned_rows(6, Some(7)), 6);
+    }
+}
