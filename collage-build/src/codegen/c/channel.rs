@@ -71,31 +71,19 @@ impl ChannelPlan {
         st: &Stage,
         x: &ChannelExtents,
         jn: usize,
-        align: usize,
+        cols: &[ColumnPointer],
     ) -> bool {
-        let (c, row, rank) = (self.c, self.row, st.ty.shape.len());
+        let (c, row) = (self.c, self.row);
         let Some((weight, input)) = crate::schedule::plan::paired_body(em.p, st, c, row)
-            .filter(|_| jn >= 2 && jn.is_multiple_of(2))
+            .filter(|_| jn >= 2 && jn.is_multiple_of(2) && x.reduce.len() == 1)
         else {
             return false;
         };
-        let jam = Some((row, self.rows));
-        let column =
-            |e: &Expr, j: usize| aligned_columns(&jam_expr(e, rank, jam, j), row as u32, align);
-        // The offsets of every column's input from the tile's first, probed before printing.
-        let probe = column_pointers(
-            &mut CWriter::new(),
-            em,
-            &st.body,
-            (c as u32, row as u32),
-            jn,
-            &column,
-        );
-        let Some(q) = probe.iter().position(|(l, _)| *l == input) else {
+        let Some(q) = cols.iter().position(|p| p.load == input) else {
             return false;
         };
-        let offsets = probe[q].1.clone();
-        if (0..jn / 2).any(|k| offsets[2 * k + 1] != offsets[2 * k] + 1) || x.reduce.len() != 1 {
+        let offsets = &cols[q].offsets;
+        if (0..jn / 2).any(|k| offsets[2 * k + 1] != offsets[2 * k] + 1) {
             return false;
         }
         let pairs = jn / 2;
@@ -103,8 +91,7 @@ impl ChannelPlan {
             s.line(format!("cl_f32x16 p{k} = (cl_f32x16){{0}};"));
         }
         s.open("for (int64_t r0 = kb; r0 < ke; ++r0) {");
-        let cols = column_pointers(s, em, &st.body, (c as u32, row as u32), jn, &column);
-        debug_assert_eq!(cols.len(), probe.len());
+        declare_column_pointers(s, em, cols);
         let w8 = vector_expr(em, &weight, c as u32, "t0", "cl_f32x8");
         s.line(format!("const cl_f32x8 w8 = {w8};"));
         let doubled: Vec<String> = (0..16).map(|l| format!("w8[{}]", l / 2)).collect();
@@ -212,7 +199,25 @@ impl ChannelPlan {
             Ext::Run(_) => 1,
         };
         let tile = |s: &mut CWriter, jn: usize, aligned: bool| {
-            if aligned && align > 1 && self.paired && self.paired_tile(s, em, st, x, jn, align) {
+            // Over run-time extents, and over literal ones where the tile starts aligned to a
+            // flattened image's rows, each column's broadcast value is read through a pointer
+            // to the tile's first column and a constant offset (the C compiler otherwise keeps
+            // an address per column and spills the accumulators).
+            let aligned = aligned && align > 1;
+            let column = |e: &Expr, j: usize| {
+                let e = jam_expr(e, rank, jam, j);
+                if aligned {
+                    aligned_columns(&e, row as u32, align)
+                } else {
+                    e
+                }
+            };
+            let cols = if run_row || aligned {
+                column_pointers(em, &st.body, (c as u32, row as u32), jn, &column)
+            } else {
+                Vec::new()
+            };
+            if aligned && self.paired && self.paired_tile(s, em, st, x, jn, &cols) {
                 return;
             }
             sums(s, jn, &|k, at| {
@@ -233,31 +238,14 @@ impl ChannelPlan {
                 }
                 s.open(format!("for (int64_t r{q} = 0; r{q} < {e}; ++r{q}) {{"));
             }
-            // Over run-time extents, and over literal ones where the tile starts aligned to a
-            // flattened image's rows, each column's broadcast value is read through a pointer
-            // to the tile's first column and a constant offset (the C compiler otherwise keeps
-            // an address per column and spills the accumulators).
-            let aligned = aligned && align > 1;
-            let column = |e: &Expr, j: usize| {
-                let e = jam_expr(e, rank, jam, j);
-                if aligned {
-                    aligned_columns(&e, row as u32, align)
-                } else {
-                    e
-                }
-            };
-            let cols = if run_row || aligned {
-                column_pointers(s, em, &st.body, (c as u32, row as u32), jn, &column)
-            } else {
-                Vec::new()
-            };
+            declare_column_pointers(s, em, &cols);
             for j in 0..jn {
                 let body = column(&st.body, j);
                 for t in 0..nv {
                     let mut x = vector_expr(em, &body, c as u32, &format!("t0 + {}", t * w), &vt);
-                    for (q, (load, offsets)) in cols.iter().enumerate() {
-                        let at = em.expr(&column(load, j));
-                        x = x.replace(&at, &format!("xc{q}[{}]", offsets[j]));
+                    for (q, p) in cols.iter().enumerate() {
+                        let at = em.expr(&column(&p.load, j));
+                        x = x.replace(&at, &format!("xc{q}[{}]", p.offsets[j]));
                     }
                     s.line(format!("c{j}_{t} += {x};"));
                 }
@@ -488,18 +476,29 @@ fn aligned_columns(e: &Expr, row: u32, align: usize) -> Expr {
     })
 }
 
+/// A load read through a pointer to its element at a tile's first column (`xc<q>`, the `q`-th
+/// of [`column_pointers`]).
+struct ColumnPointer {
+    /// The load, unjammed (as in the stage's body).
+    load: Expr,
+    /// Its source buffer.
+    buf: BufId,
+    /// Its flat index at the tile's first column.
+    first: Expr,
+    /// Its offset from there at every column of the tile.
+    offsets: Vec<i64>,
+}
+
 /// The loads of `body` the same for every channel `c` whose flat index at column `j` of a
-/// tile of `jn` (the load as `column` gives it) is the tile's first column's plus a constant:
-/// for each, a C pointer `xc<q>` to its element at the tile's first column is declared in `s`;
-/// returned are the load and its offset at every column, in the pointers' order.
+/// tile of `jn` (the load as `column` gives it) is the tile's first column's plus a constant,
+/// in the pointers' order ([`declare_column_pointers`] prints them).
 fn column_pointers(
-    s: &mut CWriter,
     em: &Emitter,
     body: &Expr,
     (c, row): (u32, u32),
     jn: usize,
     column: &dyn Fn(&Expr, usize) -> Expr,
-) -> Vec<(Expr, Vec<i64>)> {
+) -> Vec<ColumnPointer> {
     let mut loads: Vec<Expr> = Vec::new();
     body.visit(&mut |e| {
         if matches!(e, Expr::Load(..) | Expr::LoadFlat(..)) && !loads.contains(e) {
@@ -540,12 +539,23 @@ fn column_pointers(
         let Some(offsets) = offsets else {
             continue;
         };
-        s.line(format!(
-            "const float *restrict xc{} = &b{b}[{}];",
-            out.len(),
-            em.expr(&first)
-        ));
-        out.push((load, offsets));
+        out.push(ColumnPointer {
+            load,
+            buf: b,
+            first,
+            offsets,
+        });
     }
     out
+}
+
+/// Declares the C pointers `xc<q>` of `ptrs` in `s`, at the current reduction step.
+fn declare_column_pointers(s: &mut CWriter, em: &Emitter, ptrs: &[ColumnPointer]) {
+    for (q, p) in ptrs.iter().enumerate() {
+        s.line(format!(
+            "const float *restrict xc{q} = &b{}[{}];",
+            p.buf,
+            em.expr(&p.first)
+        ));
+    }
 }
